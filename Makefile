@@ -1,0 +1,62 @@
+# The two commands a reader needs:   make book   (build + serve the book)   and   make test.
+# Every target creates .venv from requirements.txt first if it is missing or out of date.
+
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+PY     := $(BIN)/python
+STAMP  := $(VENV)/.installed
+HOST   ?= 127.0.0.1
+PORT   ?= 8000
+
+.PHONY: book build serve test lint bench lab notebooks clean help
+.DEFAULT_GOAL := help
+
+help:
+	@echo "make book    build the book and serve it at http://$(HOST):$(PORT)"
+	@echo "make test    run the whole test suite (builds the book, drives a real browser)"
+	@echo "make build   build the book into _build/html without serving it"
+	@echo "make lab     open the chapters as notebooks in JupyterLab"
+	@echo "make bench   run the benchmark (python -m linattn_core.bench)"
+	@echo "make lint    ruff"
+
+$(STAMP): requirements.txt pyproject.toml
+	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 10), "Python 3.10+ is needed, found " + sys.version.split()[0]'
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -r requirements.txt
+	$(PY) -m pip install --quiet --no-deps --no-build-isolation -e .
+	touch $(STAMP)
+
+# The site: plotly.js and MathJax are copied from the installed packages (nothing from a CDN),
+# every chapter is executed afresh, and any warning or failing cell fails the build.
+build: $(STAMP)
+	$(PY) scripts/copy_assets.py
+	LINATTN_BOOK_BUILD=1 PYTHONHASHSEED=0 $(BIN)/jupyter-book build --all -W --keep-going .
+
+serve:
+	@test -f _build/html/index.html || { echo "no site yet: run 'make build' first"; exit 1; }
+	@echo "Serving the book at http://$(HOST):$(PORT)  (Ctrl-C to stop)"
+	$(PY) -m http.server $(PORT) --bind $(HOST) --directory _build/html
+
+book: build serve
+
+test: build
+	bash scripts/install_browser.sh
+	$(BIN)/ruff check .
+	LINATTN_REQUIRE_SITE=1 $(PY) -m pytest
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+
+bench: $(STAMP)
+	$(PY) -m linattn_core.bench $(ARGS)
+
+lab: $(STAMP)
+	$(BIN)/jupyter lab --ServerApp.ip=$(HOST) --ServerApp.root_dir=book
+
+notebooks: $(STAMP)
+	$(PY) scripts/sync_notebooks.py
+
+clean:
+	rm -rf _build book/_assets/plotly.min.js
