@@ -1,0 +1,173 @@
+"""linear_attention (every method, every feature map) against the quadratic kernel_attention.
+
+kernel_attention is itself checked against a literal reference in test_core_attention.py, so every
+fast form here is transitively checked against the equations. Test ids read like fla's:
+``elu+1-B2-T63-D8-chunked``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from _tolerances import assert_close, to_numpy
+
+from linattn_core import kernel_attention, linear_attention
+
+LENGTHS = [1, 63, 64, 65, 200]
+CASES = [pytest.param((2,), n, 8, id=f"B2-T{n}-D8") for n in LENGTHS]
+# Chunk sizes that divide none of the lengths above (7), all of them (1), some (16, 64), and chunk > N.
+CHUNKS = [1, 7, 16, 64, 300]
+
+
+# --- every form against the quadratic reference, float64 -------------------------------------------
+@pytest.mark.parametrize(("batch", "n", "d"), CASES)
+def test_causal_matches_kernel_attention(mk, map_name, batch, n, d, causal_method):
+    q, k, v = mk.qkv(batch, n, d=d, d_v=5, seed=n, shift=mk.shift_for(map_name))
+    phi = mk.feature_map(map_name, d)
+    out = linear_attention(q, k, v, phi, causal=True, method=causal_method, chunk_size=16)
+    assert out.shape == v.shape and out.dtype == q.dtype
+    expected = kernel_attention(q, k, v, phi, causal=True)
+    assert_close(out, expected, what=f"causal {causal_method} [{map_name}] vs kernel_attention")
+
+
+@pytest.mark.parametrize(("batch", "n", "d"), CASES)
+def test_noncausal_matches_kernel_attention(mk, map_name, batch, n, d):
+    q, k, v = mk.qkv(batch, n, d=d, d_v=5, seed=n, shift=mk.shift_for(map_name))
+    phi = mk.feature_map(map_name, d)
+    out = linear_attention(q, k, v, phi)
+    assert_close(out, kernel_attention(q, k, v, phi), what=f"non-causal [{map_name}] vs kernel_attention")
+
+
+@pytest.mark.parametrize("chunk_size", CHUNKS, ids=[f"C{c}" for c in CHUNKS])
+@pytest.mark.parametrize("n", LENGTHS, ids=[f"T{n}" for n in LENGTHS])
+@pytest.mark.parametrize("map_name", ["elu+1", "performer", "cosformer"])
+def test_chunked_any_chunk_size(mk, map_name, n, chunk_size):
+    q, k, v = mk.qkv((2,), n, d=8, d_v=5, seed=100 + n)
+    phi = mk.feature_map(map_name, 8)
+    out = linear_attention(q, k, v, phi, causal=True, method="chunked", chunk_size=chunk_size)
+    assert_close(out, kernel_attention(q, k, v, phi, causal=True),
+                 what=f"chunked(chunk_size={chunk_size}) N={n} [{map_name}]")
+
+
+@pytest.mark.parametrize("method", ["full", "recurrent", "cumsum", "chunked", "auto"])
+def test_batch_shapes(mk, batch, method):
+    causal = method != "full"
+    q, k, v = mk.qkv(batch, 37, d=8, d_v=5, seed=7)
+    kw = {"causal": True, "method": method, "chunk_size": 16} if causal else {}
+    out = linear_attention(q, k, v, **kw)
+    assert out.shape == (*batch, 37, 5)
+    assert_close(out, kernel_attention(q, k, v, causal=causal), what=f"batch={batch} {method}")
+    # each batch entry on its own gives the same answer: batch dims are independent
+    if batch:
+        first = tuple(0 for _ in batch)
+        alone = linear_attention(q[first], k[first], v[first], **kw)
+        assert_close(out[first], alone, what="batch entry computed alone")
+
+
+@pytest.mark.parametrize("eps", [1e-6, 0.5, 10.0])
+def test_every_form_uses_the_same_eps_clamp(mk, causal_method, eps):
+    # relu with d = 2 gives tiny and zero denominators, so a large eps clamps some rows and not others.
+    q, k, v = mk.qkv((2,), 40, d=2, d_v=3, seed=8)
+    out = linear_attention(q, k, v, "relu", causal=True, eps=eps, method=causal_method, chunk_size=16)
+    assert_close(out, kernel_attention(q, k, v, "relu", causal=True, eps=eps),
+                 what=f"{causal_method} eps={eps}")
+    full = linear_attention(q, k, v, "relu", eps=eps)
+    assert_close(full, kernel_attention(q, k, v, "relu", eps=eps), what=f"non-causal eps={eps}")
+
+
+def test_cross_attention(mk, map_name, batch):
+    q, k, v = mk.qkv(batch, n_q=11, n_k=29, d=8, d_v=5, seed=9, shift=mk.shift_for(map_name))
+    phi = mk.feature_map(map_name, 8)
+    out = linear_attention(q, k, v, phi)
+    assert out.shape == (*batch, 11, 5)
+    assert_close(out, kernel_attention(q, k, v, phi), what=f"cross-attention N_q=11 N_k=29 [{map_name}]")
+
+
+def test_causal_first_output_is_first_value(mk, causal_method, map_name):
+    q, k, v = mk.qkv((2,), 20, seed=10, shift=1.0)  # shift: relu features overlap at t = 0
+    out = linear_attention(q, k, v, mk.feature_map(map_name, 8), causal=True, method=causal_method)
+    assert_close(out[..., 0, :], v[..., 0, :], what=f"y_0 == v_0 [{causal_method}, {map_name}]")
+
+
+def test_names_and_callables(mk, causal_method):
+    q, k, v = mk.qkv((2,), 30, seed=11)
+
+    def custom(x):  # any callable (..., N, d) -> (..., N, d_phi)
+        return np.concatenate([x * x, np.exp(-x * x)], axis=-1)
+
+    for phi in ("softplus", custom):
+        out = linear_attention(q, k, v, phi, causal=True, method=causal_method, chunk_size=8)
+        assert_close(out, kernel_attention(q, k, v, phi, causal=True), what=f"feature_map={phi}")
+    assert_close(linear_attention(q, k, v), kernel_attention(q, k, v, "elu+1"), what="default map")
+
+
+# --- numpy against torch, devices ------------------------------------------------------------------
+@pytest.mark.parametrize("method", ["full", "recurrent", "cumsum", "chunked", "auto"])
+def test_torch_matches_numpy(mk, map_name, method, device):
+    import torch
+
+    causal = method != "full"
+    kw = {"causal": True, "method": method, "chunk_size": 16} if causal else {}
+    q, k, v = mk.qkv((2, 3), 45, d=8, d_v=5, seed=12, shift=mk.shift_for(map_name))
+    phi = mk.feature_map(map_name, 8)
+    out = linear_attention(*(torch.from_numpy(x).to(device) for x in (q, k, v)), phi, **kw)
+    assert isinstance(out, torch.Tensor) and out.device.type == device and out.dtype == torch.float64
+    assert_close(out, linear_attention(q, k, v, phi, **kw), what=f"torch vs numpy {method} [{map_name}]")
+
+
+# --- low precision ----------------------------------------------------------------------------------
+LOW_PRECISION = [("numpy", "float32"), ("numpy", "float16"), ("torch", "float32"), ("torch", "float16"),
+                 ("torch", "bfloat16")]
+
+
+@pytest.mark.parametrize("method", ["full", "recurrent", "cumsum", "chunked", "auto"])
+@pytest.mark.parametrize(("backend", "dtype"), LOW_PRECISION, ids=[f"{b}-{t}" for b, t in LOW_PRECISION])
+def test_low_precision(mk, backend, dtype, method, device):
+    if backend == "numpy" and device != "cpu":
+        pytest.skip("numpy runs on the CPU only")
+    causal = method != "full"
+    kw = {"causal": True, "method": method, "chunk_size": 16} if causal else {}
+    q, k, v = mk.qkv((2,), 200, d=8, d_v=5, seed=13, backend=backend, dtype=dtype, device=device)
+    out = linear_attention(q, k, v, "elu+1", **kw)
+    assert out.dtype == q.dtype and type(out) is type(q) and out.shape == v.shape
+    if backend == "torch":
+        assert out.device == q.device
+    # the reference sees the same rounded inputs, in float64
+    expected = kernel_attention(to_numpy(q), to_numpy(k), to_numpy(v), "elu+1", causal=causal)
+    assert_close(out, expected, dtype=dtype, what=f"{backend} {dtype} {method}")
+
+
+# --- gradients --------------------------------------------------------------------------------------
+GRAD_MAPS = ["elu+1", "softplus", "performer", "cosformer"]
+
+
+@pytest.mark.parametrize("method", ["full", "recurrent", "cumsum", "chunked", "auto"])
+@pytest.mark.parametrize("map_name", GRAD_MAPS)
+def test_gradcheck(mk, map_name, method):
+    import torch
+
+    causal = method != "full"
+    kw = {"causal": True, "method": method, "chunk_size": 3} if causal else {}  # 3 does not divide 7
+    q, k, v = (t.requires_grad_() for t in mk.qkv((2,), 7, d=3, d_v=2, seed=14, backend="torch"))
+    phi = mk.feature_map(map_name, 3, num_features=5)
+    assert torch.autograd.gradcheck(lambda q, k, v: linear_attention(q, k, v, phi, **kw), (q, k, v))
+
+
+@pytest.mark.parametrize("method", ["full", "recurrent", "cumsum", "chunked", "auto"])
+@pytest.mark.parametrize("map_name", GRAD_MAPS)
+def test_gradients_equal_kernel_attention(mk, map_name, method):
+    causal = method != "full"
+    kw = {"causal": True, "method": method, "chunk_size": 16} if causal else {}
+    q, k, v = mk.qkv((2,), 65, d=8, d_v=5, seed=15, backend="torch")
+    cotangent = mk.randn((2, 65, 5), seed=16, backend="torch")
+
+    def grads(fn):
+        leaves = [x.clone().requires_grad_() for x in (q, k, v)]
+        (fn(*leaves) * cotangent).sum().backward()
+        return [x.grad for x in leaves]
+
+    phi = mk.feature_map(map_name, 8)
+    fast = grads(lambda q, k, v: linear_attention(q, k, v, phi, **kw))
+    slow = grads(lambda q, k, v: kernel_attention(q, k, v, phi, causal=causal))
+    for name, g_fast, g_slow in zip("qkv", fast, slow, strict=True):
+        assert_close(g_fast, g_slow, what=f"d/d{name} of {method} vs kernel_attention [{map_name}]")
