@@ -22,7 +22,7 @@ import hashlib
 import html
 import itertools
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -253,12 +253,22 @@ def attention_heatmap(weights: Any, *, title: str | None = "Attention weights A"
     W = _as_float("weights", weights, 2)
     if causal:
         W = _mask_future(W, "weights")
-    fig = go.Figure(_attention_trace(W, colorscale=colorscale, zmin=zmin, zmax=zmax))
+    fig = go.Figure([_future_trace(W.shape[0])] if causal else [])
+    fig.add_trace(_attention_trace(W, colorscale=colorscale, zmin=zmin, zmax=zmax))
     _matrix_axes(fig, *W.shape)
     n_q, n_k = W.shape
     text = alt or (f"Heatmap of a {n_q} by {n_k} attention matrix: rows are query positions i, columns key "
                    f"positions j, colour the weight" + (", future entries greyed out." if causal else "."))
-    return _finish(fig, title=title, alt=text, height=height, plot_bgcolor=MASK_GREY if causal else "white")
+    return _finish(fig, title=title, alt=text, height=height)
+
+
+def _future_trace(n: int) -> go.Heatmap:
+    """Grey cells exactly where j > i (the future), NaN elsewhere; drawn under the data heatmap."""
+    mask = np.full((n, n), np.nan)
+    mask[np.triu_indices(n, k=1)] = 1.0
+    return go.Heatmap(z=_lst(mask), colorscale=[[0, MASK_GREY], [1, MASK_GREY]], zmin=0, zmax=1,
+                      showscale=False, hoverongaps=False, name="future (masked)",
+                      hovertemplate="query i=%{y}<br>key j=%{x}<br>future: masked<extra></extra>")
 
 
 def _mask_future(M: np.ndarray, name: str) -> np.ndarray:
@@ -291,14 +301,15 @@ def kernel_matrix_figure(scores: Any, *, causal: bool = True, highlight_row: int
         raise ValueError(f"highlight_row must be in [0, {n}), got {highlight_row} "
                          f"for scores of shape {M.shape}")
     shown = _mask_future(M, "scores") if causal else M
-    fig = go.Figure(_score_trace(shown))
+    fig = go.Figure([_future_trace(n)] if causal else [])
+    fig.add_trace(_score_trace(shown))
     if highlight_row is not None:
         fig.add_trace(_row_outline(highlight_row, M.shape[1]))
     _matrix_axes(fig, *M.shape)
     text = alt or (f"{n} by {M.shape[1]} kernel matrix of scores φ(q_i)·φ(k_j)"
                    + (", entries above the diagonal (the future) greyed out" if causal else "")
                    + (f", row {highlight_row} outlined." if highlight_row is not None else "."))
-    return _finish(fig, title=title, alt=text, height=height, plot_bgcolor=MASK_GREY if causal else "white")
+    return _finish(fig, title=title, alt=text, height=height)
 
 
 def _score_trace(shown: np.ndarray, digits: int | None = None, **kw: Any) -> go.Heatmap:
@@ -373,3 +384,895 @@ def _state_axes(fig: go.Figure, shape: tuple[int, int], z_max: float, *, row: in
     fig.update_xaxes(title_text="z_t entry", range=[min(0.0, -z_max if z_max < 0 else 0.0), z_max],
                      row=row, col=col + 1)
     fig.update_yaxes(range=[d_phi - 0.5, -0.5], row=row, col=col + 1)
+
+
+# ----------------------------------------------------------------------------------------------------
+# controls that work on the static site: plotly sliders (frames) and dropdowns (restyle / update)
+# ----------------------------------------------------------------------------------------------------
+_ANIMATE_OPTS = {"mode": "immediate", "frame": {"duration": 0, "redraw": True}, "transition": {"duration": 0}}
+
+
+def _slider(labels: Sequence[Any], frame_names: Sequence[str], *, prefix: str, active: int = 0,
+            y: float = -0.08, x: float = 0.0, length: float = 1.0) -> dict:
+    """A plotly slider whose step k shows frame ``frame_names[k]`` (works with no kernel)."""
+    steps = [{"label": str(lab), "method": "animate", "args": [[name], _ANIMATE_OPTS]}
+             for lab, name in zip(labels, frame_names, strict=True)]
+    return {"active": active, "steps": steps, "x": x, "len": length, "y": y, "yanchor": "top",
+            "xanchor": "left", "currentvalue": {"prefix": prefix, "visible": True, "xanchor": "left"},
+            "pad": {"t": 30, "b": 10}, "transition": {"duration": 0}}
+
+
+def _dropdown(labels: Sequence[str], args: Sequence[list], *, method: str = "restyle", active: int = 0,
+              x: float = 0.0, y: float = 1.13) -> dict:
+    """A plotly dropdown; button k calls ``Plotly.<method>(*args[k])``."""
+    buttons = [{"label": lab, "method": method, "args": a} for lab, a in zip(labels, args, strict=True)]
+    return {"type": "dropdown", "buttons": buttons, "active": active, "x": x, "y": y, "xanchor": "left",
+            "yanchor": "bottom", "showactive": True, "direction": "down", "pad": {"r": 4, "t": 4}}
+
+
+def _control_label(fig: go.Figure, text: str, *, x: float, y: float) -> None:
+    """A text label to the left of a dropdown (plotly dropdowns have no label of their own)."""
+    fig.add_annotation(text=text, x=x, y=y, xref="paper", yref="paper", xanchor="right", yanchor="bottom",
+                       showarrow=False, yshift=6)
+
+
+def _visibility(groups: Sequence[int], n_shared: int, chosen: int) -> list[bool]:
+    """``visible`` per trace: shared traces always, group traces only for the chosen group."""
+    return [True] * n_shared + [g == chosen for g in groups]
+
+
+def figure_nbytes(fig: go.Figure) -> int:
+    """Size of the figure's JSON (what the static renderer puts in the page), in bytes."""
+    return len(pio.to_json(fig, validate=False).encode())
+
+
+# ----------------------------------------------------------------------------------------------------
+# feature maps by name, with the options the explorers need
+# ----------------------------------------------------------------------------------------------------
+def resolve_feature_map(feature_map: Any, *, d: int, seed: int = 0, num_features: int | None = None,
+                        **options: Any) -> tuple[str, Any]:
+    """``(label, phi)`` for a name or a callable.
+
+    ``"performer"`` gets ``d``, ``num_features`` (default 4 d), ``seed`` and ``stabilize=False`` (so
+    φ(q)·φ(k) is the plain unbiased kernel estimate the pictures are about); other ``options`` go to
+    :func:`linattn_core.get_feature_map` unchanged.
+    """
+    from .feature_maps import as_feature_map, get_feature_map
+
+    if callable(feature_map):
+        return getattr(feature_map, "name", None) or getattr(feature_map, "__name__", "custom φ"), \
+            as_feature_map(feature_map, d)
+    if not isinstance(feature_map, str):
+        raise TypeError(f"feature_map must be a name or a callable, got {type(feature_map).__name__}")
+    if feature_map == "performer":
+        m = num_features if num_features is not None else 4 * d
+        opts = {"stabilize": False, **options}
+        return f"performer (m={m})", get_feature_map("performer", d=d, num_features=m, seed=seed, **opts)
+    return feature_map, get_feature_map(feature_map, **options)
+
+
+def _features(phi: Any, q: np.ndarray, k: np.ndarray, causal: bool) -> tuple[np.ndarray, np.ndarray]:
+    """φ(q), φ(k) as the attention functions see them (``pair`` handles positions and stabilisers)."""
+    if hasattr(phi, "pair"):
+        fq, fk = phi.pair(q, k, causal=causal)
+    else:
+        fq, fk = phi(q), phi(k)
+    return np.asarray(fq, dtype=np.float64), np.asarray(fk, dtype=np.float64)
+
+
+def _seeded_qkv(N: int, d: int, d_v: int, seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    # q, k: (N, d), v: (N, d_v); signed inputs (randn), float64
+    for name, val in (("N", N), ("d", d), ("d_v", d_v)):
+        if not isinstance(val, (int, np.integer)) or val < 1:
+            raise ValueError(f"{name} must be a positive integer, got {val!r}")
+    rng = np.random.default_rng(seed)
+    return rng.standard_normal((N, d)), rng.standard_normal((N, d)), rng.standard_normal((N, d_v))
+
+
+# ----------------------------------------------------------------------------------------------------
+# matrix view vs state view of causal linear attention
+# ----------------------------------------------------------------------------------------------------
+def matrix_vs_state_data(q: Any, k: Any, v: Any, feature_map: Any = "elu+1", *, eps: float = 1e-6,
+                         label: str | None = None) -> dict[str, Any]:
+    """Everything the matrix-vs-state picture shows, computed by the library both ways.
+
+    Parameters
+    ----------
+    q, k : array (N, d);  v : array (N, d_v)
+    feature_map : name or callable φ
+
+    Returns
+    -------
+    dict with ``scores`` (N, N) = φ(q_i)·φ(k_j) (the full matrix; the causal mask is the figure's job),
+    ``weights`` (N, N) causal normalised attention, ``y_matrix`` (N, d_v) = weights @ v (from
+    ``kernel_attention``), ``S`` (N, d_phi, d_v) and ``z`` (N, d_phi): the state after t + 1 tokens, and
+    ``y_state`` (N, d_v): the outputs of :class:`LinearAttentionState.step`; ``max_diff`` (N,) per step.
+    """
+    import warnings
+
+    from .attention import kernel_attention
+    from .streaming import LinearAttentionState
+
+    # q, k: (N, d), v: (N, d_v)
+    q_ = _as_float("q", q, 2)
+    k_ = _as_float("k", k, 2)
+    v_ = _as_float("v", v, 2)
+    if q_.shape != k_.shape or v_.shape[0] != q_.shape[0]:
+        raise ValueError(f"q, k must be (N, d) and v (N, d_v) with the same N; got q {q_.shape}, "
+                         f"k {k_.shape}, v {v_.shape}")
+    (N, d), d_v = q_.shape, v_.shape[1]
+    name, phi = resolve_feature_map(feature_map, d=d)
+    phi_q, phi_k = _features(phi, q_, k_, causal=True)  # (N, d_phi) each
+    scores = phi_q @ phi_k.T  # (N, N)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # identity map: non-positive denominators
+        y_matrix, weights = kernel_attention(q_, k_, v_, phi, causal=True, eps=eps, return_weights=True)
+        state = LinearAttentionState(d, d_v, phi, eps=eps)
+        S, z, y_state = [], [], []
+        for t in range(N):
+            y_state.append(np.asarray(state.step(q_[t], k_[t], v_[t])))
+            S.append(np.array(state.S, dtype=np.float64))
+            z.append(np.array(state.z, dtype=np.float64))
+    y_matrix, y_state = np.asarray(y_matrix), np.stack(y_state)
+    return {"label": label or name, "scores": scores, "weights": np.asarray(weights), "y_matrix": y_matrix,
+            "S": np.stack(S), "z": np.stack(z), "y_state": y_state,
+            "max_diff": np.max(np.abs(y_matrix - y_state), axis=1), "v": v_}
+
+
+_MVS_PER_GROUP = 7  # future mask, kernel heatmap, row outline, S heatmap, z bars, y from matrix, y from state
+
+
+def _mvs_ranges(data: Mapping[str, Any]) -> dict[str, float]:
+    z = data["z"]
+    ys = np.concatenate([data["y_matrix"].ravel(), data["y_state"].ravel()])
+    return {"s": _sym_range(data["S"]), "z_lo": min(0.0, 1.05 * float(z.min())),
+            "z_hi": max(1e-12, 1.05 * float(z.max())), "y": 1.1 * _sym_range(ys)}
+
+
+def _mvs_dynamic(data: Mapping[str, Any], t: int, digits: int | None) -> list[go.BaseTraceType]:
+    """The traces that change with t: outline, S_t, z_t, y_t both ways (in group order, from index 2)."""
+    N, d_v = data["y_matrix"].shape
+    r = _mvs_ranges(data)
+    S_t, z_t = data["S"][t], data["z"][t]
+    heat, bars = _state_traces(S_t, z_t, s_range=r["s"], digits=digits)
+    c = list(range(d_v))
+    y_m = go.Bar(x=c, y=_lst(data["y_matrix"][t], digits), name="y_t from row t of the normalised matrix",
+                 marker={"color": OKABE_ITO[1]}, offsetgroup="matrix",
+                 hovertemplate="c=%{x}<br>y=%{y:.6g}<extra>from the matrix</extra>")
+    y_s = go.Bar(x=c, y=_lst(data["y_state"][t], digits), offsetgroup="state",
+                 name=f"y_t from S_t, z_t   (max |difference| = {data['max_diff'][t]:.1e})",
+                 marker={"color": OKABE_ITO[0]},
+                 hovertemplate="c=%{x}<br>y=%{y:.6g}<extra>from the state</extra>")
+    return [_row_outline(t, N), heat, bars, y_m, y_s]
+
+
+def _mvs_group(data: Mapping[str, Any], t: int, digits: int | None) -> list[go.BaseTraceType]:
+    shown = _mask_future(np.asarray(data["scores"], dtype=np.float64), "scores")
+    return [_future_trace(shown.shape[0]), _score_trace(shown, digits), *_mvs_dynamic(data, t, digits)]
+
+
+def _mvs_canvas(N: int, d_phi: int, d_v: int, ranges: Mapping[str, float]) -> go.Figure:
+    fig = make_subplots(
+        rows=2, cols=3, column_widths=[0.44, 0.34, 0.22], row_heights=[0.66, 0.34],
+        horizontal_spacing=0.1, vertical_spacing=0.2,
+        specs=[[{}, {}, {}], [{"colspan": 3}, None, None]],
+        subplot_titles=("scores φ(q_i)·φ(k_j), causal; row t outlined", "state S_t = Σ_{j≤t} φ(k_j) v_jᵀ",
+                        "z_t = Σ_{j≤t} φ(k_j)", "output y_t, computed both ways"))
+    return fig
+
+
+def _mvs_place(fig: go.Figure, traces: Sequence[go.BaseTraceType], N: int) -> None:
+    """Add one group's traces to their subplots and place the two colour bars beside their heatmaps."""
+    cells = [(1, 1), (1, 1), (1, 1), (1, 2), (1, 3), (2, 1), (2, 1)]
+    for tr, (r, c) in zip(traces, cells, strict=True):
+        fig.add_trace(tr, row=r, col=c)
+    dom1, dom2 = fig.layout.xaxis.domain, fig.layout.xaxis2.domain
+    ydom = fig.layout.yaxis.domain
+    bar_kw = {"len": ydom[1] - ydom[0], "y": (ydom[0] + ydom[1]) / 2, "yanchor": "middle", "thickness": 12}
+    fig.data[-6].colorbar.update(x=dom1[1] + 0.005, xanchor="left", **bar_kw)
+    fig.data[-4].colorbar.update(x=dom2[1] + 0.005, xanchor="left", **bar_kw)
+
+
+def _mvs_axes(fig: go.Figure, N: int, d_phi: int, d_v: int, r: Mapping[str, float]) -> None:
+    _matrix_axes(fig, N, N, row=1, col=1)
+    _state_axes(fig, (d_phi, d_v), r["z_hi"], row=1, col=2)
+    fig.update_xaxes(range=[r["z_lo"], r["z_hi"]], row=1, col=3)
+    fig.update_xaxes(title_text="output dim c", dtick=1, range=[-0.5, d_v - 0.5], row=2, col=1)
+    fig.update_yaxes(title_text="y_t[c]", range=[-r["y"], r["y"]], zeroline=True, row=2, col=1)
+    fig.update_layout(barmode="group",
+                      legend={"orientation": "h", "x": 0, "y": -0.12, "yanchor": "top", "xanchor": "left"})
+
+
+def matrix_vs_state_figure(data: Mapping[str, Any], t: int, *, title: str | None = None,
+                           alt: str | None = None, height: int = 640) -> go.Figure:
+    """Step ``t`` of causal linear attention seen two ways (from :func:`matrix_vs_state_data`).
+
+    Left: the causal kernel matrix with row t outlined (future greyed); middle: the state S_t; right: z_t;
+    below: y_t from row t of the normalised matrix and from (S_t, z_t), with their max abs difference.
+    """
+    N, d_phi, d_v = data["S"].shape
+    if not 0 <= t < N:
+        raise ValueError(f"t must be in [0, {N}), got {t} (the data has N = {N} steps)")
+    r = _mvs_ranges(data)
+    fig = _mvs_canvas(N, d_phi, d_v, r)
+    _mvs_place(fig, _mvs_group(data, t, None), N)
+    _mvs_axes(fig, N, d_phi, d_v, r)
+    text = alt or (f"Left: the causal {N} by {N} kernel matrix for {data['label']} with row {t} outlined "
+                   f"and the future greyed. Middle: the {d_phi} by {d_v} state S_t after {t + 1} tokens. "
+                   f"Right: z_t. Below: the output y_t from the matrix row and from the state agree "
+                   f"(max difference {data['max_diff'][t]:.1e}).")
+    return _finish(fig, title=title or f"Matrix view vs state view, step t = {t} ({data['label']})",
+                   alt=text, height=height)
+
+
+def matrix_vs_state_twin(datas: Mapping[str, Mapping[str, Any]], *, t0: int = 0, title: str | None = None,
+                         digits: int = SIG_DIGITS, height: int = 680) -> go.Figure:
+    """Static twin of the matrix-vs-state explorer: a slider over t (one frame per step, every feature
+    map's traces in it) and a dropdown over the feature maps (restyle ``visible``). No kernel needed.
+
+    Parameters
+    ----------
+    datas : mapping label -> :func:`matrix_vs_state_data` output (same N and d_v for all)
+    """
+    labels = list(datas)
+    if not labels:
+        raise ValueError("datas must hold at least one feature map's data, got an empty mapping")
+    Ns = {datas[lab]["S"].shape[0] for lab in labels}
+    if len(Ns) != 1:
+        raise ValueError(f"all datas must have the same N, got {sorted(Ns)}")
+    N = Ns.pop()
+    first = datas[labels[0]]
+    _, d_phi, d_v = first["S"].shape
+    fig = _mvs_canvas(N, d_phi, d_v, _mvs_ranges(first))
+    groups: list[int] = []
+    for g, lab in enumerate(labels):
+        _mvs_place(fig, _mvs_group(datas[lab], t0, digits), N)
+        groups += [g] * _MVS_PER_GROUP
+    for i, tr in enumerate(fig.data):
+        tr.visible = groups[i] == 0
+    _mvs_axes(fig, N, d_phi, d_v, _mvs_ranges(first))
+    # one axis range for all maps (the dropdown does not relayout): cover them all
+    rs = [_mvs_ranges(datas[lab]) for lab in labels]
+    fig.update_xaxes(range=[min(r["z_lo"] for r in rs), max(r["z_hi"] for r in rs)], row=1, col=3)
+    y = max(r["y"] for r in rs)
+    fig.update_yaxes(range=[-y, y], row=2, col=1)
+    d_phis = {datas[lab]["S"].shape[1] for lab in labels}
+    fig.update_yaxes(range=[max(d_phis) - 0.5, -0.5], row=1, col=2)
+    fig.update_yaxes(range=[max(d_phis) - 0.5, -0.5], row=1, col=3)
+    dyn_idx = [g * _MVS_PER_GROUP + j for g in range(len(labels)) for j in range(2, _MVS_PER_GROUP)]
+    fig.frames = [go.Frame(name=f"t={t}", traces=dyn_idx,
+                           data=[tr for lab in labels for tr in _mvs_dynamic(datas[lab], t, digits)])
+                  for t in range(N)]
+    fig.update_layout(
+        sliders=[_slider(range(N), [f"t={t}" for t in range(N)], prefix="step t = ", active=t0, y=-0.2)],
+        updatemenus=[_dropdown(labels, [[{"visible": [gi == g for gi in groups]}]
+                                        for g in range(len(labels))], x=0.12, y=1.08)],
+        margin={"t": 110, "b": 150})
+    _control_label(fig, "feature map φ:", x=0.115, y=1.08)
+    text = (f"Interactive figure with a slider over the step t (0 to {N - 1}) and a menu of feature maps "
+            f"({', '.join(labels)}). Left: the causal {N} by {N} kernel matrix with row t outlined and the "
+            f"future greyed; middle: the state S_t; right: z_t; below: y_t from the matrix and from the "
+            f"state, which agree.")
+    return _finish(fig, title=title or "Matrix view vs state view: the same y_t, two ways", alt=text,
+                   height=height)
+
+
+# ----------------------------------------------------------------------------------------------------
+# feature maps against softmax
+# ----------------------------------------------------------------------------------------------------
+def feature_map_comparison_data(q: Any, k: Any, v: Any, feature_maps: Sequence[Any] = ("elu+1",), *,
+                                eps: float = 1e-6, seed: int = 0) -> dict[str, Any]:
+    """Normalised attention of each feature map beside softmax's, for the same q, k, v (non-causal).
+
+    Returns
+    -------
+    dict with ``softmax``: {``weights`` (N_q, N_k), ``y`` (N_q, d_v)} and ``maps``: label -> {``weights``,
+    ``y``, ``diff`` = weights - softmax weights, ``denominators`` (N_q,) = φ(q_i)·Σ_j φ(k_j),
+    ``max_abs`` = max |diff|, ``tv`` = mean over rows of half the L1 distance (attention mass misplaced),
+    ``out_rel`` = ‖y - y_softmax‖ / ‖y_softmax‖, ``n_nonpositive`` = number of denominators ≤ 0}.
+    """
+    import warnings
+
+    from .attention import kernel_attention, softmax_attention
+
+    # q: (N_q, d), k: (N_k, d), v: (N_k, d_v)
+    q_, k_, v_ = _as_float("q", q, 2), _as_float("k", k, 2), _as_float("v", v, 2)
+    y_s, w_s = softmax_attention(q_, k_, v_, return_weights=True)
+    maps: dict[str, Any] = {}
+    for fm in feature_maps:
+        label, phi = resolve_feature_map(fm, d=q_.shape[1], seed=seed)
+        fq, fk = _features(phi, q_, k_, causal=False)
+        den = fq @ fk.sum(axis=0)  # (N_q,)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # counted below instead
+            y, w = kernel_attention(q_, k_, v_, phi, eps=eps, return_weights=True)
+        w, y = np.asarray(w, dtype=np.float64), np.asarray(y, dtype=np.float64)
+        diff = w - w_s
+        maps[label] = {"weights": w, "y": y, "diff": diff, "denominators": den,
+                       "max_abs": float(np.max(np.abs(diff))), "tv": float(0.5 * np.abs(diff).sum(1).mean()),
+                       "out_rel": float(np.linalg.norm(y - y_s) / np.linalg.norm(y_s)),
+                       "n_nonpositive": int(np.sum(den <= 0))}
+    return {"softmax": {"weights": np.asarray(w_s), "y": np.asarray(y_s)}, "maps": maps}
+
+
+def _fm_title(label: str, m: Mapping[str, Any]) -> str:
+    bad = f"; {m['n_nonpositive']} denominators ≤ 0" if m["n_nonpositive"] else ""
+    return (f"{label} vs softmax: max |ΔA| = {m['max_abs']:.3g}, misplaced attention mass "
+            f"{100 * m['tv']:.1f}% per row, output error {100 * m['out_rel']:.1f}%{bad}")
+
+
+def _fm_group(m: Mapping[str, Any], w_max: float, digits: int | None) -> list[go.BaseTraceType]:
+    """One map's traces: its weights (row 1 col 1), the difference (row 2 col 1), the denominators."""
+    w = m["weights"]
+    in_range = bool(np.all((w >= 0) & (w <= 1)))
+    if in_range:
+        heat = _attention_trace(w, zmin=0.0, zmax=w_max, digits=digits, label="A_φ", name="A_φ")
+    else:  # the identity map: signed weights, some huge where the clamp met a tiny denominator
+        heat = _attention_trace(w, colorscale="RdBu", zmin=-1.0, zmax=1.0, digits=digits, name="A_φ",
+                                label="A_φ (colour clipped to ±1)")
+    r = min(_sym_range(m["diff"]), 1.0)
+    diff = go.Heatmap(z=_lst(m["diff"], digits), colorscale="RdBu", zmid=0.0, zmin=-r, zmax=r,
+                      colorbar={"title": {"text": "ΔA"}}, name="ΔA", hoverongaps=False,
+                      hovertemplate="query i=%{y}<br>key j=%{x}<br>A_φ − A_softmax=%{z:.3g}<extra></extra>")
+    den = np.asarray(m["denominators"], dtype=np.float64)
+    hist = go.Histogram(x=_lst(den, digits), nbinsx=min(30, max(5, den.size // 2)), name="denominators",
+                        marker={"color": OKABE_ITO[5] if m["n_nonpositive"] else OKABE_ITO[0]},
+                        hovertemplate="φ(q_i)·z in [%{x}]<br>%{y} queries<extra></extra>", showlegend=False)
+    return [heat, diff, hist]
+
+
+def _fm_canvas(n_q: int, n_k: int) -> go.Figure:
+    fig = make_subplots(rows=2, cols=2, horizontal_spacing=0.16, vertical_spacing=0.16,
+                        subplot_titles=("A_φ: normalised φ(q_i)·φ(k_j)", "A_softmax",
+                                        "difference A_φ − A_softmax", "denominators φ(q_i)·Σ_j φ(k_j)"))
+    return fig
+
+
+def _fm_layout(fig: go.Figure, n_q: int, n_k: int, w_max: float) -> None:
+    for r, c in ((1, 1), (1, 2), (2, 1)):
+        _matrix_axes(fig, n_q, n_k, row=r, col=c)
+    fig.update_xaxes(title_text="denominator φ(q_i)·z (z = Σ_j φ(k_j))", row=2, col=2)
+    fig.update_yaxes(title_text="number of queries", row=2, col=2)
+    fig.add_vline(x=0, line={"color": "black", "dash": "dash", "width": 1}, row=2, col=2)
+    # colour bars beside their own panels
+    ydoms = {r: getattr(fig.layout, "yaxis" if r == 1 else "yaxis3").domain for r in (1, 2)}
+    for tr in fig.data:
+        if isinstance(tr, go.Heatmap):
+            ax = tr.xaxis or "x"
+            dom = getattr(fig.layout, "xaxis" + ax[1:]).domain
+            row = 1 if ax in ("x", "x2") else 2
+            yd = ydoms[row]
+            tr.colorbar.update(x=dom[1] + 0.005, xanchor="left", len=yd[1] - yd[0], y=(yd[0] + yd[1]) / 2,
+                               yanchor="middle", thickness=12)
+
+
+def feature_map_comparison(data: Mapping[str, Any], label: str | None = None, *, title: str | None = None,
+                           alt: str | None = None, height: int = 720) -> go.Figure:
+    """A feature map's normalised attention beside softmax's, their difference and the denominators.
+
+    ``data`` comes from :func:`feature_map_comparison_data`; ``label`` picks the map (default: the first).
+    """
+    maps = data["maps"]
+    label = label if label is not None else next(iter(maps))
+    if label not in maps:
+        raise ValueError(f"label must be one of {list(maps)}, got {label!r}")
+    w_s = np.asarray(data["softmax"]["weights"], dtype=np.float64)
+    n_q, n_k = w_s.shape
+    w_max = float(w_s.max())
+    fig = _fm_canvas(n_q, n_k)
+    fig.add_trace(_attention_trace(w_s, zmin=0.0, zmax=w_max, label="A_softmax", name="A_softmax"),
+                  row=1, col=2)
+    for tr, (r, c) in zip(_fm_group(maps[label], w_max, None), ((1, 1), (2, 1), (2, 2)), strict=True):
+        fig.add_trace(tr, row=r, col=c)
+    _fm_layout(fig, n_q, n_k, w_max)
+    m = maps[label]
+    text = alt or (f"Four panels for the {label} feature map on {n_q} queries and {n_k} keys: its attention "
+                   f"matrix, softmax's, their difference (max {m['max_abs']:.2g}) and a histogram of the "
+                   f"denominators, {m['n_nonpositive']} of which are zero or negative.")
+    return _finish(fig, title=title or _fm_title(label, m), alt=text, height=height,
+                   margin={"t": 90}, title_font_size=14)
+
+
+def feature_map_twin(data: Mapping[str, Any], *, digits: int = SIG_DIGITS, height: int = 760) -> go.Figure:
+    """Static twin of the feature-map explorer: a dropdown over the maps (``update``: visibility + title)."""
+    maps = data["maps"]
+    labels = list(maps)
+    w_s = np.asarray(data["softmax"]["weights"], dtype=np.float64)
+    n_q, n_k = w_s.shape
+    w_max = float(w_s.max())
+    fig = _fm_canvas(n_q, n_k)
+    fig.add_trace(_attention_trace(w_s, zmin=0.0, zmax=w_max, label="A_softmax", name="A_softmax",
+                                   digits=digits), row=1, col=2)
+    groups: list[int] = []
+    for g, lab in enumerate(labels):
+        for tr, (r, c) in zip(_fm_group(maps[lab], w_max, digits), ((1, 1), (2, 1), (2, 2)), strict=True):
+            tr.visible = g == 0
+            fig.add_trace(tr, row=r, col=c)
+            groups.append(g)
+    _fm_layout(fig, n_q, n_k, w_max)
+    args = [[{"visible": _visibility(groups, 1, g)}, {"title.text": _fm_title(lab, maps[lab])}]
+            for g, lab in enumerate(labels)]
+    fig.update_layout(updatemenus=[_dropdown(labels, args, method="update", x=0.12, y=1.1)])
+    _control_label(fig, "feature map φ:", x=0.115, y=1.1)
+    text = (f"Interactive figure with a menu of feature maps ({', '.join(labels)}). For the chosen map: its "
+            f"attention matrix beside softmax's for the same {n_q} queries and {n_k} keys, their difference "
+            f"and a histogram of the denominators (the identity map has some at or below zero).")
+    return _finish(fig, title=_fm_title(labels[0], maps[labels[0]]), alt=text, height=height,
+                   margin={"t": 130}, title_font_size=14, title_y=0.99)
+
+
+# ----------------------------------------------------------------------------------------------------
+# Performer: error of random features against the exact softmax kernel
+# ----------------------------------------------------------------------------------------------------
+PERFORMER_VARIANTS = (("positive", True), ("positive", False), ("trig", True), ("trig", False))
+
+
+def _variant_label(kind: str, orthogonal: bool) -> str:
+    return f"{'positive' if kind == 'positive' else 'trigonometric'}, {'orthogonal' if orthogonal else 'iid'}"
+
+
+def performer_error_curves(*, d: int = 16, N: int = 48, ms: Sequence[int] = (4, 8, 16, 32, 64, 128, 256),
+                           n_seeds: int = 10, seed: int = 0, input_scale: float = 0.75,
+                           n_pairs: int = 150) -> dict[str, Any]:
+    """Relative errors of Performer random features against softmax, for every m and variant.
+
+    For each variant (positive / trigonometric features, orthogonal / iid projections) and each m, the
+    errors are the median over ``n_seeds`` projections (the same seeds for every variant, so the
+    comparison is paired; the median because single draws are heavy-tailed):
+
+    - ``kernel``: mean over entries of |K̂_ij − K_ij| / K_ij, with K_ij = exp(q_i·k_j / √d) and
+      K̂ = φ(Q)φ(K)ᵀ. Entrywise relative error, so small kernel values count as much as large ones
+      (where the positive features shine);
+    - ``output``: ‖Ŷ − Y‖_F / ‖Y‖_F against :func:`softmax_attention` (trigonometric features can give
+      denominators ≤ 0: the clamp then makes the output error huge).
+
+    q and k are seeded standard normal times ``input_scale``. ``pairs`` keeps, for the first seed,
+    ``n_pairs`` sampled entries (K_ij, K̂_ij) for a scatter plot.
+    """
+    import warnings
+
+    from .attention import kernel_attention, softmax_attention
+    from .feature_maps import get_feature_map
+
+    ms = [int(m) for m in ms]
+    if not ms or min(ms) < 1:
+        raise ValueError(f"ms must be a non-empty list of positive feature counts, got {ms}")
+    q, k, v = _seeded_qkv(N, d, d, seed)
+    q, k = q * input_scale, k * input_scale
+    K = np.exp(q @ k.T / np.sqrt(d))  # (N, N)
+    y = np.asarray(softmax_attention(q, k, v))
+    pick = np.random.default_rng(seed + 1).choice(N * N, size=min(n_pairs, N * N), replace=False)
+    out: dict[str, Any] = {"ms": np.array(ms), "d": d, "N": N, "n_seeds": n_seeds, "variants": {},
+                           "exact_pairs": K.ravel()[pick]}
+    for kind, orth in PERFORMER_VARIANTS:
+        ker = np.zeros((len(ms), n_seeds))
+        outp = np.zeros((len(ms), n_seeds))
+        pairs = []
+        for a, m in enumerate(ms):
+            for s in range(n_seeds):
+                phi = get_feature_map("performer", d=d, num_features=m, seed=seed + s, orthogonal=orth,
+                                      stabilize=False, kind=kind)
+                fq, fk = _features(phi, q, k, causal=False)
+                K_hat = fq @ fk.T
+                ker[a, s] = np.mean(np.abs(K_hat - K) / K)
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore", RuntimeWarning)  # trig: non-positive denominators
+                    y_hat = np.asarray(kernel_attention(q, k, v, phi))
+                outp[a, s] = np.linalg.norm(y_hat - y) / np.linalg.norm(y)
+                if s == 0:
+                    pairs.append(K_hat.ravel()[pick])
+        out["variants"][(kind, orth)] = {"kernel": np.median(ker, 1), "output": np.median(outp, 1),
+                                         "kernel_all": ker, "output_all": outp, "pairs": np.stack(pairs)}
+    return out
+
+
+def _perf_style(kind: str, orth: bool) -> dict:
+    colour = OKABE_ITO[0] if kind == "positive" else OKABE_ITO[5]
+    return {"color": colour, "dash": "solid" if orth else "dash"}
+
+
+def _perf_curves(curves: Mapping[str, Any]) -> list[go.BaseTraceType]:
+    ms = curves["ms"].tolist()
+    traces = []
+    for key, col in (("kernel", 1), ("output", 2)):
+        for kind, orth in PERFORMER_VARIANTS:
+            lab = _variant_label(kind, orth)
+            traces.append(go.Scatter(
+                x=ms, y=_lst(curves["variants"][(kind, orth)][key], SIG_DIGITS), mode="lines+markers",
+                name=lab,
+                legendgroup=lab, showlegend=col == 1, line={**_perf_style(kind, orth), "width": 2},
+                marker={"size": 5}, meta=col,
+                hovertemplate="m=%{x}<br>relative error=%{y:.3g}<extra>" + lab + "</extra>"))
+    return traces
+
+
+def _perf_selected(curves: Mapping[str, Any], kind: str, orth: bool, a: int,
+                   digits: int | None) -> list[go.BaseTraceType]:
+    """Markers at the chosen m on both curves, and the scatter of K̂ against K for that m."""
+    var = curves["variants"][(kind, orth)]
+    m = int(curves["ms"][a])
+    sel = {"size": 14, "color": "rgba(0,0,0,0)", "line": {"color": "black", "width": 2}}
+    mk = [go.Scatter(x=[m], y=_lst([var[key][a]], digits), mode="markers", marker=sel, showlegend=False,
+                     name=f"m = {m}", hovertemplate="m=%{x}<br>error=%{y:.3g}<extra>chosen</extra>")
+          for key in ("kernel", "output")]
+    sc = go.Scatter(x=_lst(curves["exact_pairs"], digits), y=_lst(var["pairs"][a], digits), mode="markers",
+                    marker={"size": 5, "color": _perf_style(kind, orth)["color"], "opacity": 0.7},
+                    showlegend=False, name=f"K̂ entries, m = {m}",
+                    hovertemplate="exact=%{x:.3g}<br>estimate=%{y:.3g}<extra></extra>")
+    return [*mk, sc]
+
+
+def _perf_canvas(curves: Mapping[str, Any]) -> go.Figure:
+    fig = make_subplots(rows=1, cols=3, horizontal_spacing=0.08,
+                        subplot_titles=("kernel estimate: mean |K̂ − K| / K", "attention output ‖Ŷ − Y‖/‖Y‖",
+                                        "estimated vs exact kernel entries"))
+    for tr in _perf_curves(curves):
+        fig.add_trace(tr, row=1, col=tr.meta)
+        tr.meta = None
+    for tr in fig.data:
+        tr.meta = None
+    ex = np.asarray(curves["exact_pairs"])
+    lo, hi = 0.0, float(ex.max()) * 1.05
+    fig.add_trace(go.Scatter(x=[lo, hi], y=[lo, hi], mode="lines", line={"color": "grey", "dash": "dot"},
+                             name="estimate = exact", showlegend=False, hoverinfo="skip"), row=1, col=3)
+    return fig
+
+
+def _perf_axes(fig: go.Figure, curves: Mapping[str, Any]) -> None:
+    allv = np.concatenate([np.r_[v["kernel"], v["output"]] for v in curves["variants"].values()])
+    allv = allv[np.isfinite(allv) & (allv > 0)]
+    # cap at 100: trigonometric outputs with denominators <= 0 reach 1e7 and would flatten the rest
+    ylo, yhi = np.log10(allv.min()) - 0.15, min(np.log10(allv.max()) + 0.15, 2.0)
+    for c in (1, 2):
+        fig.update_xaxes(type="log", title_text="number of random features m", row=1, col=c)
+        fig.update_yaxes(type="log", title_text="relative error" if c == 1 else None, range=[ylo, yhi],
+                         row=1, col=c)
+    ex = np.asarray(curves["exact_pairs"])
+    est = np.concatenate([v["pairs"].ravel() for v in curves["variants"].values()])
+    p_lo, p_hi = np.percentile(est, [1, 99])
+    fig.update_xaxes(title_text="exact exp(q·k/√d)", range=[0, float(ex.max()) * 1.05], row=1, col=3)
+    fig.update_yaxes(title_text="estimate φ(q)·φ(k)", range=[min(0.0, p_lo), max(p_hi, ex.max() * 1.05)],
+                     row=1, col=3)
+    fig.update_layout(legend={"orientation": "h", "x": 0, "y": -0.22, "yanchor": "top"})
+
+
+def performer_error_figure(curves: Mapping[str, Any], *, m: int | None = None, kind: str = "positive",
+                           orthogonal: bool = True, title: str | None = None, alt: str | None = None,
+                           height: int = 460) -> go.Figure:
+    """Log-log error curves of Performer features vs m (from :func:`performer_error_curves`), the chosen
+    (m, variant) marked, and a scatter of its kernel estimates against the exact kernel."""
+    ms = curves["ms"].tolist()
+    m = ms[len(ms) // 2] if m is None else int(m)
+    if m not in ms:
+        raise ValueError(f"m must be one of the computed feature counts {ms}, got {m}")
+    if (kind, orthogonal) not in curves["variants"]:
+        raise ValueError(f"kind must be 'positive' or 'trig' (got {kind!r}); orthogonal a bool")
+    fig = _perf_canvas(curves)
+    for tr, c in zip(_perf_selected(curves, kind, orthogonal, ms.index(m), None), (1, 2, 3), strict=True):
+        fig.add_trace(tr, row=1, col=c)
+    _perf_axes(fig, curves)
+    lab = _variant_label(kind, orthogonal)
+    text = alt or (f"Log-log plots of the relative error of the kernel estimate and of the attention output "
+                   f"against the number of random features m, for positive and trigonometric features with "
+                   f"orthogonal or iid projections; errors fall as m grows. m = {m} ({lab}) is marked, and a "
+                   f"scatter compares its kernel estimates with the exact values.")
+    return _finish(fig, title=title or f"Performer random features: error vs m (chosen: m = {m}, {lab})",
+                   alt=text, height=height, margin={"b": 110})
+
+
+def performer_twin(curves: Mapping[str, Any], *, digits: int = SIG_DIGITS, height: int = 520) -> go.Figure:
+    """Static twin of the Performer explorer: a slider over m (frames) and a dropdown over the variants."""
+    ms = curves["ms"].tolist()
+    a0 = len(ms) // 2
+    fig = _perf_canvas(curves)
+    n_shared = len(fig.data)
+    groups: list[int] = []
+    for g, (kind, orth) in enumerate(PERFORMER_VARIANTS):
+        for tr, c in zip(_perf_selected(curves, kind, orth, a0, digits), (1, 2, 3), strict=True):
+            tr.visible = g == 0
+            fig.add_trace(tr, row=1, col=c)
+            groups.append(g)
+    _perf_axes(fig, curves)
+    idx = list(range(n_shared, len(fig.data)))
+    fig.frames = [go.Frame(name=f"m={m}", traces=idx,
+                           data=[tr for kind, orth in PERFORMER_VARIANTS
+                                 for tr in _perf_selected(curves, kind, orth, a, digits)])
+                  for a, m in enumerate(ms)]
+    labels = [_variant_label(kind, orth) for kind, orth in PERFORMER_VARIANTS]
+    fig.update_layout(
+        sliders=[_slider(ms, [f"m={m}" for m in ms], prefix="random features m = ", active=a0, y=-0.42)],
+        updatemenus=[_dropdown(labels, [[{"visible": _visibility(groups, n_shared, g)}]
+                                        for g in range(len(labels))], x=0.1, y=1.12)],
+        margin={"t": 110, "b": 190})
+    _control_label(fig, "features:", x=0.095, y=1.12)
+    text = ("Interactive figure with a slider over the number of random features m and a menu of variants "
+            "(positive or trigonometric features, orthogonal or iid projections). Log-log curves show the "
+            "kernel and output errors falling with m; the chosen m is marked, and a scatter compares kernel "
+            "estimates with exact values.")
+    return _finish(fig, title="Performer random features: error vs m", alt=text, height=height)
+
+
+# ----------------------------------------------------------------------------------------------------
+# cost: quadratic vs linear, KV cache vs fixed state
+# ----------------------------------------------------------------------------------------------------
+def cost_model(N: Any, *, d: int = 64, d_v: int | None = None, d_phi: int | None = None,
+               itemsize: int = 4) -> dict[str, np.ndarray]:
+    """Analytic FLOPs and bytes of one attention head, quadratic (softmax / kernel matrix) vs linear.
+
+    FLOPs count a multiply-add as 2 and ignore the O(N²) exponentials and the O(N d) feature map:
+
+    - quadratic: Q Kᵀ (2 N² d) and A V (2 N² d_v);
+    - linear: S = φ(K)ᵀ V (2 N d_phi d_v), z (N d_phi), φ(Q) S (2 N d_phi d_v), φ(Q) z (2 N d_phi).
+
+    Bytes: the inputs and output (N (2 d + 2 d_v) numbers) plus the quadratic form's N x N score matrix,
+    or the linear form's features (2 N d_phi) and state (d_phi d_v + d_phi).
+
+    Returns a dict of float arrays shaped like ``N``, plus ``crossover_N``: where the FLOP counts meet.
+    """
+    # N: any shape
+    N_ = np.asarray(N, dtype=np.float64)
+    if np.any(N_ < 1):
+        raise ValueError(f"N must be >= 1 everywhere, got min {N_.min()}")
+    d_v = d if d_v is None else d_v
+    d_phi = d if d_phi is None else d_phi
+    for name, val in (("d", d), ("d_v", d_v), ("d_phi", d_phi), ("itemsize", itemsize)):
+        if not isinstance(val, (int, np.integer)) or val < 1:
+            raise ValueError(f"{name} must be a positive integer, got {val!r}")
+    io = N_ * (2 * d + 2 * d_v)
+    return {
+        "flops_quadratic": 2 * N_**2 * (d + d_v),
+        "flops_linear": N_ * (4 * d_phi * d_v + 3 * d_phi),
+        "bytes_quadratic": itemsize * (io + N_**2),
+        "bytes_linear": itemsize * (io + 2 * N_ * d_phi + d_phi * d_v + d_phi),
+        "crossover_N": np.float64((4 * d_phi * d_v + 3 * d_phi) / (2 * (d + d_v))),
+    }
+
+
+def decode_memory_model(T: Any, *, d: int = 64, d_v: int | None = None, d_phi: int | None = None,
+                        itemsize: int = 4, n_layers: int = 1, n_heads: int = 1) -> dict[str, np.ndarray]:
+    """Bytes kept between decoding steps after ``T`` tokens: a KV cache (T (d + d_v) numbers per head and
+    layer, growing) vs the fixed linear-attention state (d_phi d_v + d_phi numbers, constant)."""
+    T_ = np.asarray(T, dtype=np.float64)
+    d_v = d if d_v is None else d_v
+    d_phi = d if d_phi is None else d_phi
+    per = itemsize * n_layers * n_heads
+    state = per * (d_phi * d_v + d_phi)
+    return {"kv_cache": per * T_ * (d + d_v), "state": np.full_like(T_, float(state)),
+            "crossover_T": np.float64((d_phi * d_v + d_phi) / (d + d_v))}
+
+
+_COST_PER_GROUP = 6
+
+
+def _cost_traces(N: np.ndarray, T: np.ndarray, d: int, d_v: int, d_phi: int | None, itemsize: int,
+                 digits: int | None) -> list[go.BaseTraceType]:
+    c = cost_model(N, d=d, d_v=d_v, d_phi=d_phi, itemsize=itemsize)
+    mem = decode_memory_model(T, d=d, d_v=d_v, d_phi=d_phi, itemsize=itemsize)
+    quad, lin = {"color": OKABE_ITO[5]}, {"color": OKABE_ITO[0]}
+    n, t = N.tolist(), T.tolist()
+
+    def line(x, y, name, style, show, unit):
+        return go.Scatter(x=x, y=_lst(y, digits), mode="lines", name=name, line={**style, "width": 2.5},
+                          legendgroup=name, showlegend=show,
+                          hovertemplate="%{x:.3s}<br>%{y:.3s} " + unit + "<extra>" + name + "</extra>")
+
+    return [line(n, c["flops_quadratic"], "quadratic (N x N matrix)", quad, True, "FLOPs"),
+            line(n, c["flops_linear"], "linear (state S, z)", lin, True, "FLOPs"),
+            line(n, c["bytes_quadratic"], "quadratic (N x N matrix)", quad, False, "bytes"),
+            line(n, c["bytes_linear"], "linear (state S, z)", lin, False, "bytes"),
+            line(t, mem["kv_cache"], "KV cache (softmax decoding)", {**quad, "dash": "dot"}, True, "bytes"),
+            line(t, mem["state"], "fixed state (linear decoding)", {**lin, "dash": "dot"}, True, "bytes")]
+
+
+_COST_CELLS = [(1, 1), (1, 1), (1, 2), (1, 2), (1, 3), (1, 3)]
+
+
+def _measured_traces(measured: Sequence[Mapping[str, Any]]) -> list[go.Scatter]:
+    by: dict[str, list[tuple[float, float]]] = {}
+    for i, rec in enumerate(measured):
+        try:
+            by.setdefault(str(rec["method"]), []).append((float(rec["N"]), float(rec["median_s"])))
+        except (KeyError, TypeError, ValueError) as e:
+            raise ValueError(f"measured[{i}] must be a mapping with N, method and median_s; "
+                             f"got {rec!r}") from e
+    out = []
+    for j, (method, pts) in enumerate(sorted(by.items())):
+        pts.sort()
+        out.append(go.Scatter(x=[p[0] for p in pts], y=[float(f"{p[1]:.4g}") for p in pts],
+                              mode="lines+markers", name=f"measured: {method}",
+                              marker={"symbol": ["circle", "square", "diamond", "x", "triangle-up"][j % 5],
+                                      "size": 8, "color": OKABE_ITO[(j + 2) % len(OKABE_ITO)]},
+                              hovertemplate="N=%{x}<br>median %{y:.3g} s<extra>" + method + "</extra>"))
+    return out
+
+
+def _cost_canvas(measured: Sequence[Mapping[str, Any]] | None) -> tuple[go.Figure, int]:
+    titles = ["FLOPs vs sequence length", "bytes touched vs sequence length",
+              "memory kept while decoding"]
+    if measured:
+        fig = make_subplots(rows=2, cols=3, specs=[[{}, {}, {}], [{"colspan": 3}, None, None]],
+                            subplot_titles=[*titles, "measured time (median of repeats)"],
+                            horizontal_spacing=0.08, vertical_spacing=0.22, row_heights=[0.55, 0.45])
+        for tr in _measured_traces(measured):
+            fig.add_trace(tr, row=2, col=1)
+        return fig, len(fig.data)
+    return make_subplots(rows=1, cols=3, subplot_titles=titles, horizontal_spacing=0.08), 0
+
+
+def _cost_axes(fig: go.Figure, has_measured: bool,
+               yr: Mapping[str, tuple[float, float]] | None = None) -> None:
+    for c, (xt, yt) in enumerate((("sequence length N (tokens)", "FLOPs"),
+                                  ("sequence length N (tokens)", "bytes"),
+                                  ("context length (tokens so far)", "bytes kept (one head, one layer)")), 1):
+        fig.update_xaxes(type="log", title_text=xt, row=1, col=c)
+        fig.update_yaxes(type="log", title_text=yt, row=1, col=c, exponentformat="SI",
+                         **({"range": yr[yt.split()[0]]} if yr else {}))
+    if has_measured:
+        fig.update_xaxes(type="log", title_text="sequence length N (tokens)", row=2, col=1)
+        fig.update_yaxes(type="log", title_text="seconds", row=2, col=1)
+    fig.update_layout(legend={"orientation": "h", "x": 0, "y": -0.18 if not has_measured else -0.12,
+                              "yanchor": "top"})
+
+
+def cost_figure(*, d: int = 64, d_v: int | None = None, d_phi: int | None = None, itemsize: int = 4,
+                N: Any = None, T: Any = None, measured: Sequence[Mapping[str, Any]] | None = None,
+                title: str | None = None, alt: str | None = None, height: int | None = None) -> go.Figure:
+    """Log-log cost curves: FLOPs and bytes vs N (quadratic vs linear, :func:`cost_model`), KV-cache vs
+    fixed-state bytes vs context length (:func:`decode_memory_model`), and measured times if given.
+
+    Parameters
+    ----------
+    measured : list of mappings with keys ``N``, ``method``, ``median_s``, optional
+        E.g. the records of a ``linattn_core.timing`` sweep; drawn per method on a log-log panel.
+    """
+    d_v = d if d_v is None else d_v
+    N_ = np.unique(np.round(np.logspace(4, 17, 27, base=2))) if N is None else np.asarray(N, dtype=np.float64)
+    T_ = N_ if T is None else np.asarray(T, dtype=np.float64)
+    fig, _ = _cost_canvas(measured)
+    for tr, (r, c) in zip(_cost_traces(N_, T_, d, d_v, d_phi, itemsize, None), _COST_CELLS, strict=True):
+        fig.add_trace(tr, row=r, col=c)
+    _cost_axes(fig, bool(measured))
+    x = float(cost_model(N_, d=d, d_v=d_v, d_phi=d_phi, itemsize=itemsize)["crossover_N"])
+    fig.add_vline(x=x, line={"color": "grey", "dash": "dash", "width": 1}, row=1, col=1)
+    text = alt or (f"Three log-log panels for d = {d}, d_v = {d_v}: FLOPs and bytes against sequence length, "
+                   f"where the quadratic form grows as N squared and the linear form as N, crossing near "
+                   f"N = {x:.0f}; and memory kept while decoding, where the KV cache grows with the context "
+                   f"and the linear state stays constant." + (" A fourth panel shows measured times."
+                                                              if measured else ""))
+    return _finish(fig, title=title or f"Cost of attention, quadratic vs linear (d = {d}, d_v = {d_v})",
+                   alt=text, height=height or (720 if measured else 460), margin={"b": 120})
+
+
+def cost_twin(*, ds: Sequence[int] = (16, 32, 64, 128), d_vs: Sequence[int] = (16, 32, 64, 128),
+              d0: int = 64, d_v0: int = 64, itemsize: int = 4,
+              measured: Sequence[Mapping[str, Any]] | None = None,
+              digits: int = SIG_DIGITS, height: int | None = None) -> go.Figure:
+    """Static twin of the cost explorer: a slider over d (frames) and a dropdown over d_v (visibility)."""
+    ds, d_vs = [int(x) for x in ds], [int(x) for x in d_vs]
+    if d0 not in ds or d_v0 not in d_vs:
+        raise ValueError(f"d0={d0} must be in ds={ds} and d_v0={d_v0} in d_vs={d_vs}")
+    N_ = np.unique(np.round(np.logspace(4, 17, 27, base=2)))
+    fig, n_shared = _cost_canvas(measured)
+    groups: list[int] = []
+    for g, dv in enumerate(d_vs):
+        for tr, (r, c) in zip(_cost_traces(N_, N_, d0, dv, None, itemsize, digits), _COST_CELLS, strict=True):
+            tr.visible = dv == d_v0
+            tr.showlegend = bool(tr.showlegend)
+            fig.add_trace(tr, row=r, col=c)
+            groups.append(g)
+    # fixed y ranges covering every (d, d_v): frames do not rescale axes
+    allc = [cost_model(N_, d=d, d_v=dv, itemsize=itemsize) for d in ds for dv in d_vs]
+    allm = [decode_memory_model(N_, d=d, d_v=dv, itemsize=itemsize) for d in ds for dv in d_vs]
+    f = np.concatenate([np.r_[c["flops_quadratic"], c["flops_linear"]] for c in allc])
+    b = np.concatenate([np.r_[c["bytes_quadratic"], c["bytes_linear"]] for c in allc]
+                       + [np.r_[m["kv_cache"], m["state"]] for m in allm])
+    yr = {"FLOPs": (np.log10(f.min()) - 0.2, np.log10(f.max()) + 0.2),
+          "bytes": (np.log10(b.min()) - 0.2, np.log10(b.max()) + 0.2)}
+    _cost_axes(fig, bool(measured), yr)
+    idx = list(range(n_shared, len(fig.data)))
+    fig.frames = [go.Frame(name=f"d={d}", traces=idx,
+                           data=[tr for dv in d_vs
+                                 for tr in _cost_traces(N_, N_, d, dv, None, itemsize, digits)])
+                  for d in ds]
+    fig.update_layout(
+        sliders=[_slider(ds, [f"d={d}" for d in ds], prefix="key/query dim d = ", active=ds.index(d0),
+                         y=-0.32 if not measured else -0.2, length=0.5)],
+        updatemenus=[_dropdown([str(x) for x in d_vs], [[{"visible": _visibility(groups, n_shared, g)}]
+                                                        for g in range(len(d_vs))],
+                               active=d_vs.index(d_v0), x=0.1, y=1.1)],
+        margin={"t": 110, "b": 200})
+    _control_label(fig, "value dim d_v:", x=0.095, y=1.1)
+    text = ("Interactive figure with a slider over d and a menu for d_v. Three log-log panels: FLOPs and "
+            "bytes against sequence length (quadratic grows as N squared, linear as N) and memory kept while "
+            "decoding (the KV cache grows with the context, the linear state stays constant)."
+            + (" A fourth panel shows measured times." if measured else ""))
+    return _finish(fig, title="Cost of attention, quadratic vs linear (φ = elu+1, so d_phi = d)", alt=text,
+                   height=height or (760 if measured else 520))
+
+
+# ----------------------------------------------------------------------------------------------------
+# chunkwise-parallel causal attention: who computes which entry
+# ----------------------------------------------------------------------------------------------------
+#: Codes of :func:`chunk_layout`, in order 0, 1, 2.
+CHUNK_CATEGORIES = ("future: masked, never computed", "same chunk: masked intra-chunk product",
+                    "earlier chunk: enters through the carried state")
+_CHUNK_COLOURS = (MASK_GREY, OKABE_ITO[1], OKABE_ITO[0])
+
+
+def chunk_layout(N: int, chunk_size: int) -> np.ndarray:
+    """Integer (N, N) map of causal attention computed chunkwise: 0 future (j > i), 1 same chunk and
+    j ≤ i (the masked product inside a chunk), 2 key in an earlier chunk (folded into the state S, z
+    carried into query i's chunk). Any ``N`` works with any ``chunk_size`` (the last chunk may be short)."""
+    for name, val in (("N", N), ("chunk_size", chunk_size)):
+        if not isinstance(val, (int, np.integer)) or val < 1:
+            raise ValueError(f"{name} must be a positive integer, got {val!r}")
+    i = np.arange(N)[:, None]
+    j = np.arange(N)[None, :]
+    same = (i // chunk_size) == (j // chunk_size)
+    return np.where(j > i, 0, np.where(same, 1, 2)).astype(np.int64)
+
+
+def _chunk_colorscale() -> list:
+    cs = []
+    for c, col in enumerate(_CHUNK_COLOURS):
+        cs += [[c / 3, col], [(c + 1) / 3, col]]
+    return cs
+
+
+def _chunk_traces(N: int, C: int) -> list[go.BaseTraceType]:
+    L = chunk_layout(N, C)
+    names = np.array(["future (masked)", "same chunk: masked product", "earlier chunk: carried state"])
+    heat = go.Heatmap(z=L.tolist(), zmin=-0.5, zmax=2.5, colorscale=_chunk_colorscale(), xgap=1, ygap=1,
+                      customdata=names[L].tolist(), name="chunk layout",
+                      colorbar={"tickvals": [0, 1, 2], "ticktext": ["future", "intra-chunk", "from state"],
+                                "thickness": 14, "len": 0.6},
+                      hovertemplate="query i=%{y}<br>key j=%{x}<br>%{customdata}<extra></extra>")
+    xs, ys = [], []
+    for b in range(C, N, C):  # chunk boundaries
+        xs += [b - 0.5, b - 0.5, None, -0.5, N - 0.5, None]
+        ys += [-0.5, N - 0.5, None, b - 0.5, b - 0.5, None]
+    lines = go.Scatter(x=xs or [None], y=ys or [None], mode="lines", line={"color": "black", "width": 1.5},
+                       hoverinfo="skip", showlegend=False, name="chunk boundaries")
+    return [heat, lines]
+
+
+def _chunk_title(N: int, C: int) -> str:
+    L = chunk_layout(N, C)
+    n_chunks = -(-N // C)
+    return (f"N = {N}, chunk size C = {C}: {n_chunks} chunk{'s' if n_chunks > 1 else ''}; "
+            f"{int((L == 1).sum())} entries by masked products, {int((L == 2).sum())} through the state")
+
+
+def chunk_diagram(N: int = 16, chunk_size: int = 4, *, title: str | None = None, alt: str | None = None,
+                  height: int = 520) -> go.Figure:
+    """The N x N causal matrix coloured by who computes each entry in the chunkwise-parallel form.
+
+    Diagonal blocks (orange): the masked product inside a chunk, φ(Q_c)φ(K_c)ᵀ ⊙ mask. Below them (blue):
+    keys of earlier chunks, never materialised, they reach the queries through the carried state S, z.
+    Above the diagonal (grey): the future, masked.
+    """
+    fig = go.Figure(_chunk_traces(N, chunk_size))
+    _matrix_axes(fig, N, N)
+    text = alt or (f"{N} by {N} causal attention matrix split into chunks of {chunk_size}: diagonal blocks "
+                   f"are computed by a masked product inside each chunk, entries left of them reach the "
+                   f"queries through the state carried from earlier chunks, and the future is greyed out.")
+    return _finish(fig, title=title or _chunk_title(N, chunk_size), alt=text, height=height,
+                   margin={"t": 70}, title_font_size=14)
+
+
+def chunk_twin(N: int = 16, chunk_sizes: Sequence[int] = (1, 2, 3, 4, 5, 8, 16), *, c0: int = 4,
+               height: int = 600) -> go.Figure:
+    """Static twin of the chunk explorer: a slider over the chunk size, one frame each (data + title)."""
+    sizes = [int(c) for c in chunk_sizes]
+    if c0 not in sizes:
+        raise ValueError(f"c0={c0} must be one of chunk_sizes={sizes}")
+    fig = chunk_diagram(N, c0)
+    fig.frames = [go.Frame(name=f"C={c}", data=_chunk_traces(N, c), traces=[0, 1],
+                           layout={"title": {"text": _chunk_title(N, c)}}) for c in sizes]
+    fig.update_layout(sliders=[_slider(sizes, [f"C={c}" for c in sizes], prefix="chunk size C = ",
+                                       active=sizes.index(c0), y=-0.1)], margin={"b": 130})
+    text = (f"Interactive figure with a slider over the chunk size (values {', '.join(map(str, sizes))}). "
+            f"The {N} by {N} causal attention matrix is coloured by who computes each entry: diagonal blocks "
+            f"by a masked product inside each chunk, entries left of them through the carried state, the "
+            f"future greyed out.")
+    return _finish(fig, title=_chunk_title(N, c0), alt=text, height=height)
