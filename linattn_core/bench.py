@@ -1,0 +1,281 @@
+"""The benchmark: softmax and linear attention side by side, on this machine, in one run.
+
+Run it with ``python -m linattn_core.bench`` (or ``make bench``). Options:
+
+``--quick``        tiny sizes, a smoke test of the whole pipeline in seconds
+``--max-n N``      stop at sequence length N
+``--device DEV``   ``cpu``, ``cuda``, ``mps`` (default: :func:`linattn_core.timing.pick_device`)
+``--json PATH``    also write the results as JSON
+``--max-call-s S`` per-call time budget (longer lengths of a method that exceeds it are skipped)
+``--budget-s S``   time budget of the whole sweep
+
+What is measured (float32, ``batch_heads = 8``, ``d = d_v = 64``, ``N = 256 .. 65536``): the naive softmax
+form, ``torch.nn.functional.scaled_dot_product_attention`` (SDPA), non-causal linear attention, and the
+causal forms (naive softmax and SDPA with the causal mask, linear ``recurrent``, ``cumsum``, ``chunked``,
+``auto``), plus this machine's float32 matmul rate (best of 2048³ and 4096³ products) as the yardstick for
+GFLOP/s. All of it goes through :mod:`linattn_core.timing`: the same timer, memory measurement and guards as
+the book. The targets at the end are *reported*, not tested: the command always exits 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from . import timing as T
+
+__all__ = ["Config", "Target", "evaluate_targets", "main", "run"]
+
+FULL_LENGTHS = (256, 1024, 4096, 16384, 65536)
+QUICK_LENGTHS = (64, 128)
+
+
+@dataclass(frozen=True)
+class Config:
+    """The sizes and budgets of one benchmark run."""
+
+    lengths: tuple[int, ...] = FULL_LENGTHS
+    batch_heads: int = 8
+    d: int = 64
+    d_v: int = 64
+    dtype: str = "float32"
+    chunk_size: int = 64
+    matmul_sizes: tuple[int, ...] = (2048, 4096)
+    min_run_time: float = 0.1
+    max_run_time: float = 1.0
+    max_call_s: float = 4.0
+    budget_s: float | None = 600.0
+
+    @classmethod
+    def quick(cls) -> Config:
+        """Tiny sizes: every code path in a few seconds (used by the tests)."""
+        return cls(lengths=QUICK_LENGTHS, batch_heads=2, d=16, d_v=16, chunk_size=16, matmul_sizes=(128,),
+                   min_run_time=0.005, max_run_time=0.02, max_call_s=2.0, budget_s=60.0)
+
+
+@dataclass(frozen=True)
+class Target:
+    """One reported target: what it asks, the measured value, and PASS / FAIL / N/A."""
+
+    name: str
+    wanted: str
+    value: float | None
+    passed: bool | None
+    note: str = ""
+
+    @property
+    def verdict(self) -> str:
+        return "N/A" if self.passed is None else ("PASS" if self.passed else "FAIL")
+
+
+def _find(records: Sequence[T.Record], method: str, causal: bool, N: int) -> T.Record | None:
+    for r in records:
+        if r.method == method and r.causal == causal and r.N == N:
+            return r
+    return None
+
+
+def _time(r: T.Record | None) -> tuple[float | None, str]:
+    """Seconds per call of a record, measured or else predicted by the time guard, with a note."""
+    if r is None:
+        return None, "not run"
+    if r.measured:
+        return r.median_s, ""
+    if r.predicted_s is not None:
+        return r.predicted_s, f"{r.label} predicted, not measured ({r.skipped})"
+    return None, f"{r.label} skipped: {r.skipped}"
+
+
+def _ratio_target(records: Sequence[T.Record], name: str, slow: tuple[str, bool], fast: tuple[str, bool],
+                  N: int, at_least: float) -> Target:
+    t_slow, note_slow = _time(_find(records, *slow, N))
+    r_fast = _find(records, *fast, N)
+    wanted = f">= {at_least:g}x"
+    if r_fast is None or not r_fast.measured or t_slow is None:
+        why = note_slow or (f"{fast[0]} skipped: {r_fast.skipped}" if r_fast else f"N={N} not run")
+        return Target(name, wanted, None, None, why)
+    ratio = t_slow / r_fast.median_s
+    return Target(name, wanted, ratio, ratio >= at_least, note_slow)
+
+
+def _chunked_fraction(records: Sequence[T.Record], matmul_gflops: float, N: int, at_least: float) -> Target:
+    r = _find(records, "chunked", True, N)
+    name = f"chunked GFLOP/s / matmul GFLOP/s at N={N}"
+    if r is None or not r.measured:
+        return Target(name, f">= {at_least:.0%}", None, None, "not measured" if r is None else r.skipped)
+    frac = r.gflops / matmul_gflops
+    return Target(name, f">= {at_least:.0%}", frac, frac >= at_least)
+
+
+def evaluate_targets(records: Sequence[T.Record], matmul_gflops: float, *, lengths: Sequence[int],
+                     itemsize: int = 4) -> list[Target]:
+    """The targets of the benchmark, computed from the records (N/A where a measurement is missing).
+
+    - causal ``auto`` vs causal SDPA at 16384 (>= 10x) and 65536 (>= 20x);
+    - non-causal ``linear`` vs SDPA at 16384 (>= 30x);
+    - ``chunked`` at >= 40% of the matmul rate at 4096 and 16384, >= 25% at 65536
+      (chunked FLOPs: ``4 N d d_v + 2 N C (d + d_v)`` per batch-head);
+    - ``auto`` within 1.25x of the fastest causal linear form (recurrent, cumsum, chunked) at every N;
+    - peak memory of causal ``auto`` at 65536, inputs included, at most 8x the bytes of q, k, v and the
+      output.
+
+    Where the slower side of a ratio was skipped by the time guard, its extrapolated time is used and the
+    note says so.
+    """
+    out = [
+        _ratio_target(records, "causal: auto vs SDPA at N=16384", ("sdpa", True), ("auto", True), 16384, 10),
+        _ratio_target(records, "causal: auto vs SDPA at N=65536", ("sdpa", True), ("auto", True), 65536, 20),
+        _ratio_target(records, "non-causal: linear vs SDPA at N=16384", ("sdpa", False), ("linear", False),
+                      16384, 30),
+        _chunked_fraction(records, matmul_gflops, 4096, 0.40),
+        _chunked_fraction(records, matmul_gflops, 16384, 0.40),
+        _chunked_fraction(records, matmul_gflops, 65536, 0.25),
+    ]
+    for N in lengths:
+        auto = _find(records, "auto", True, N)
+        others = [r for r in (_find(records, m, True, N) for m in ("recurrent", "cumsum", "chunked"))
+                  if r is not None and r.measured]
+        name = f"auto / fastest causal linear form at N={N}"
+        if auto is None or not auto.measured or not others:
+            out.append(Target(name, "<= 1.25x", None, None, "auto or all other causal forms not measured"))
+            continue
+        best = min(others, key=lambda r: r.median_s)
+        ratio = auto.median_s / best.median_s
+        out.append(Target(name, "<= 1.25x", ratio, ratio <= 1.25, f"fastest: {best.method}"))
+    auto = _find(records, "auto", True, 65536)
+    name = "causal auto peak memory at N=65536 / bytes of q, k, v, out"
+    if auto is None or not auto.measured or auto.peak_bytes is None:
+        why = "not measured" if auto is None or auto.measured else auto.skipped
+        out.append(Target(name, "<= 8x", None, None, why or "peak memory not measurable on this device"))
+    else:
+        io = auto.batch_heads * auto.N * (2 * auto.d + 2 * auto.d_v) * itemsize
+        inputs = auto.batch_heads * auto.N * (2 * auto.d + auto.d_v) * itemsize
+        ratio = (auto.peak_bytes + inputs) / io
+        out.append(Target(name, "<= 8x", ratio, ratio <= 8, "peak = measured extra + the live inputs"))
+    return out
+
+
+def format_results(records: Sequence[T.Record], matmul_gflops: float) -> str:
+    """The table: median time, spread, peak extra memory, GFLOP/s and the fraction of the matmul rate."""
+    head = (f"{'method':<22} {'N':>6} {'median':>11} {'IQR':>10} {'peak mem':>10} {'GFLOP/s':>8} "
+            f"{'of matmul':>9}")
+    lines = [head, "-" * len(head)]
+    for r in sorted(records, key=lambda r: (r.causal, T.METHODS.index(r.method), r.N)):
+        if r.measured:
+            frac = r.gflops / matmul_gflops
+            lines.append(f"{r.label:<22} {r.N:>6} {_ms(r.median_s):>11} {_ms(r.q75_s - r.q25_s):>10} "
+                         f"{T._fmt_bytes(r.peak_bytes):>10} {r.gflops:>8.3g} {frac:>9.1%}")
+        else:
+            lines.append(f"{r.label:<22} {r.N:>6} {'skipped':>11}  {r.skipped}")
+    return "\n".join(lines)
+
+
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1e3:.3g} ms"
+
+
+def format_targets(targets: Sequence[Target]) -> str:
+    lines = []
+    for t in targets:
+        value = "-" if t.value is None else (f"{t.value:.1%}" if "matmul" in t.name else f"{t.value:.3g}x")
+        note = f"  ({t.note})" if t.note else ""
+        lines.append(f"[{t.verdict:<4}] {t.name}: {value} (target {t.wanted}){note}")
+    return "\n".join(lines)
+
+
+def run(config: Config, *, device: Any = None, progress: bool | None = None,
+        say: Callable[[str], None] = print) -> dict[str, Any]:
+    """Run the benchmark and print it; return the JSON-ready result.
+
+    Keys: ``matmul_gflops``, ``meta`` (hardware and software), ``config``, ``results`` (one dict per
+    :class:`~linattn_core.timing.Record`, without its ``meta``), ``targets``.
+    """
+    dev = T.pick_device(device)
+    meta = T.environment(dev, config.dtype)
+    say(f"linattn benchmark on {meta['device_description']}")
+    say(f"torch {meta['torch']}, Python {meta['python']}, {meta['platform']}, {config.dtype}, "
+        f"batch*heads={config.batch_heads}, d=d_v={config.d}, load average {meta['load_average_1min']}")
+    start = time.perf_counter()
+    rate = T.matmul_rate(dev, config.matmul_sizes, config.dtype, min_run_time=config.min_run_time)
+    matmul_gflops = rate / 1e9
+    sizes = " and ".join(f"{n}³" for n in config.matmul_sizes)
+    say(f"float32 matmul rate (best of {sizes} products): {matmul_gflops:.1f} GFLOP/s")
+    methods = T.standard_methods(chunk_size=config.chunk_size)
+    records = T.sweep(methods, config.lengths, d=config.d, d_v=config.d_v, batch_heads=config.batch_heads,
+                      dtype=config.dtype, device=dev, min_run_time=config.min_run_time,
+                      max_run_time=config.max_run_time, max_call_s=config.max_call_s,
+                      budget_s=config.budget_s, progress=progress)
+    itemsize = 2 if config.dtype in ("float16", "bfloat16") else (8 if config.dtype == "float64" else 4)
+    targets = evaluate_targets(records, matmul_gflops, lengths=config.lengths, itemsize=itemsize)
+    say("")
+    say(format_results(records, matmul_gflops))
+    say("")
+    say("Targets (reported, not tested):")
+    say(format_targets(targets))
+    say(f"\n{len(records)} measurements in {time.perf_counter() - start:.0f} s")
+    return {
+        "matmul_gflops": matmul_gflops,
+        "meta": meta,
+        "config": {k: getattr(config, k) for k in config.__dataclass_fields__},
+        "results": [r.to_dict(meta=False) for r in records],
+        "targets": [dict(name=t.name, wanted=t.wanted, value=t.value, verdict=t.verdict, note=t.note)
+                    for t in targets],
+    }
+
+
+def _positive(kind: type) -> Callable[[str], Any]:
+    def parse(text: str) -> Any:
+        value = kind(text)
+        if not value > 0 or (isinstance(value, float) and math.isinf(value)):
+            raise argparse.ArgumentTypeError(f"must be a positive number, got {text!r}")
+        return value
+
+    return parse
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Command-line entry point; always returns 0 (the targets are reported, not enforced)."""
+    parser = argparse.ArgumentParser(prog="python -m linattn_core.bench", description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true", help="tiny sizes: a smoke test in seconds")
+    parser.add_argument("--max-n", type=_positive(int), default=None, help="longest sequence length")
+    parser.add_argument("--device", default=None, help="cpu, cuda, cuda:N or mps (default: best available)")
+    parser.add_argument("--json", metavar="PATH", default=None, help="write the results as JSON")
+    parser.add_argument("--max-call-s", type=_positive(float), default=None, help="per-call time budget (s)")
+    parser.add_argument("--budget-s", type=_positive(float), default=None, help="whole-sweep time budget (s)")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    args = parser.parse_args(argv)
+    config = Config.quick() if args.quick else Config()
+    changes: dict[str, Any] = {}
+    if args.max_n is not None:
+        lengths = tuple(n for n in config.lengths if n <= args.max_n)
+        if not lengths:
+            parser.error(f"--max-n {args.max_n} is shorter than every length of the run {config.lengths}")
+        changes["lengths"] = lengths
+    if args.max_call_s is not None:
+        changes["max_call_s"] = args.max_call_s
+    if args.budget_s is not None:
+        changes["budget_s"] = args.budget_s
+    if changes:
+        from dataclasses import replace
+
+        config = replace(config, **changes)
+    try:
+        T.pick_device(args.device)
+    except ValueError as exc:
+        parser.error(str(exc))
+    result = run(config, device=args.device, progress=False if args.no_progress else None)
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as f:
+            json.dump(result, f, indent=1)
+        print(f"results written to {args.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
