@@ -477,7 +477,7 @@ class Exercise:
             return None
 
         lines = [f"Not yet. {where}:", "  " + problem]
-        diagnosis = None
+        matched = []
         for mistake in self.mistakes:
             try:
                 with warnings.catch_warnings(), np.errstate(all="ignore"):
@@ -486,19 +486,21 @@ class Exercise:
             except Exception:  # a mistake that cannot apply to this input
                 continue
             if self._same(result, wrong):
-                diagnosis = mistake.message
-                break
+                matched.append(mistake.message)
+        diagnosis = matched[0] if matched else None
         if diagnosis is None and case.large and self._has_nonfinite(result):
             diagnosis = _STABILITY_ADVICE
         if diagnosis is None and case.batched and passed_unbatched:
             diagnosis = _BATCH_ADVICE
-        if diagnosis is None and self.kind == "array":
-            arr, _ = _as_array(result)
-            if arr is not None and arr.dtype != np.float64 and np.asarray(result).dtype != np.float64:
-                diagnosis = (f"your output is {np.asarray(result).dtype}, not float64: keep the "
-                             "inputs' float64 so the answer is exact to rounding.")
+        got_dtype = getattr(result, "dtype", None)
+        if diagnosis is None and self.kind == "array" and got_dtype is not None \
+                and str(got_dtype) not in ("float64", "torch.float64"):
+            diagnosis = (f"your output is {got_dtype}, not float64: keep the inputs' float64 so "
+                         "the answer is exact to rounding.")
         if diagnosis:
             lines.append(_wrap("Likely cause: " + diagnosis))
+        for other in matched[1:2]:  # on this input two mistakes give the same numbers
+            lines.append(_wrap("Or: " + other))
         if numeric_warnings:
             lines.append(f"  numpy warned: {_warning_text(numeric_warnings)}.")
         if number > 1:
@@ -588,9 +590,14 @@ def _softmax_rows(s: np.ndarray, axis: int = -1) -> np.ndarray:
     return w / w.sum(axis=axis, keepdims=True)
 
 
-def _row_normalise(a: np.ndarray, v: np.ndarray, eps: float = _EPS) -> np.ndarray:
-    # a: (..., N_q, N_k) non-negative scores, v: (..., N_k, d_v)
-    return (a @ v) / np.maximum(a.sum(-1), eps)[..., None]
+def _row_normalise(a: np.ndarray, v: np.ndarray, eps: float | None = _EPS) -> np.ndarray:
+    # a: (..., N_q, N_k) scores, v: (..., N_k, d_v); eps=None: no clamp
+    den = a.sum(-1) if eps is None else np.maximum(a.sum(-1), eps)
+    return (a @ v) / den[..., None]
+
+
+_NO_PHI = ("you left out phi: q k^T is not the kernel (and can be negative). Apply phi to q and to k "
+           "first.")
 
 
 def _causal_mask(n: int) -> np.ndarray:
@@ -782,7 +789,7 @@ def _ref_kernel_attention(q, k, v, phi):
     return lib_kernel_attention(q, k, v, feature_map=_lib_phi(phi))
 
 
-def _kernel_mistakes(with_memory_mistakes: bool = False) -> builtins.list:
+def _kernel_mistakes() -> builtins.list:
     mistakes = [
         _Mistake(lambda q, k, v, phi: (phi(q) @ _t(phi(k))) @ v,
                  "you forgot the normaliser: your output is the numerator sum_j "
@@ -792,12 +799,15 @@ def _kernel_mistakes(with_memory_mistakes: bool = False) -> builtins.list:
                  "you normalised the columns (axis=-2); each query's row of scores must be divided "
                  "by its own sum (axis=-1)."),
         _Mistake(lambda q, k, v, phi: _row_normalise(q @ _t(k), v),
-                 "you left out phi: q k^T is not the kernel (and can be negative). Apply phi to q "
-                 "and to k first."),
+                 _NO_PHI),
+        _Mistake(lambda q, k, v, phi: _row_normalise(q @ _t(k), v, eps=None),
+                 _NO_PHI),
         _Mistake(lambda q, k, v, phi: _row_normalise(phi(q) @ _t(k), v),
-                 "you applied phi to the queries only; the kernel is phi(q) . phi(k)."),
+                 "you applied phi to the queries only: the keys need it too (the kernel is "
+                 "phi(q) . phi(k); S and z are built from phi(k))."),
         _Mistake(lambda q, k, v, phi: _row_normalise(q @ _t(phi(k)), v),
-                 "you applied phi to the keys only; the kernel is phi(q) . phi(k)."),
+                 "you applied phi to the keys only: the queries need it too (the kernel is "
+                 "phi(q) . phi(k); query S and z with phi(q))."),
         _Mistake(lambda q, k, v, phi: _row_normalise(phi(q @ _t(k)), v),
                  "you applied phi to the scores q k^T; phi maps each query and each key (its last "
                  "axis has size d), and the kernel is their dot product."),
@@ -812,17 +822,6 @@ def _kernel_mistakes(with_memory_mistakes: bool = False) -> builtins.list:
                  "you divided by the number of keys N; the normaliser is each row's own sum of "
                  "scores, sum_j phi(q_i) . phi(k_j)."),
     ]
-    if with_memory_mistakes:
-        mistakes += [
-            _Mistake(lambda q, k, v, phi: (phi(q) @ (_t(k) @ v))
-                     / np.maximum(phi(q) @ k.sum(-2)[..., None], _EPS),
-                     "you built S and z from k instead of phi(k): S = phi(K)^T V, "
-                     "z = sum_j phi(k_j)."),
-            _Mistake(lambda q, k, v, phi: (q @ (_t(phi(k)) @ v))
-                     / np.maximum(q @ phi(k).sum(-2)[..., None], _EPS),
-                     "you queried the state with q instead of phi(q): "
-                     "y_i = phi(q_i)^T S / (phi(q_i) . z)."),
-        ]
     return mistakes
 
 
@@ -910,7 +909,7 @@ associative_attention = Exercise(
         "numerator = phi(q) @ S; denominator = phi(q) @ z[..., None] (then drop the last axis), "
         "clamped with np.maximum(den, 1e-6); divide with [..., None].",
     ],
-    mistakes=_kernel_mistakes(with_memory_mistakes=True),
+    mistakes=_kernel_mistakes(),
     memory_case=_memory_case_attention(302),
     exception_hints=[("matmul", "Check the shapes: S = phi(K)^T V needs phi(k) transposed over its "
                                "last two axes; phi(q) @ S then has shape (..., N_q, d_v).")],
@@ -1303,8 +1302,9 @@ streaming_step = Exercise(
         _Mistake(lambda *a: _step_variant(*a, phi_q=False),
                  "you queried with q_t instead of phi(q_t)."),
     ],
-    exception_hints=[("shapes", "Check the shapes: phi(k_t[None])[0] is (d_phi,), and "
-                                "np.outer(phi_k, v_t) is (d_phi, d_v) like S.")],
+    exception_hints=[("broadcast", "Check the shapes: S is (d_phi, d_v), so the token's outer "
+                                   "product must be np.outer(phi(k_t), v_t); np.outer(v_t, ...) is "
+                                   "the wrong way round. phi(k_t[None])[0] has shape (d_phi,).")],
     difficulty=2,
     minutes=15,
     success="A fixed-size state, updated once per token: this is what makes linear attention an "
