@@ -60,11 +60,15 @@ def batch_id(batch) -> str:
 
 def pytest_generate_tests(metafunc):
     """Tests that take ``map_name``, ``nonneg_map``, ``causal_method`` or ``batch`` run once per
-    value (ids read like ``elu+1``, ``chunked``, ``B2x3``)."""
+    value (ids read like ``elu+1``, ``chunked``, ``B2x3``), unless the test parametrizes it itself."""
+    explicit = set()
+    for marker in metafunc.definition.iter_markers("parametrize"):
+        names = marker.args[0]
+        explicit.update(names.replace(" ", "").split(",") if isinstance(names, str) else names)
     for arg, values, ids in (("map_name", FEATURE_MAPS, None), ("nonneg_map", NONNEG_MAPS, None),
                              ("causal_method", CAUSAL_METHODS, None),
                              ("batch", BATCHES, [batch_id(b) for b in BATCHES])):
-        if arg in metafunc.fixturenames:
+        if arg in metafunc.fixturenames and arg not in explicit:
             metafunc.parametrize(arg, values, ids=ids)
 
 
@@ -119,12 +123,17 @@ def shift_for(map_name: str) -> float:
     return 1.0 if map_name == "identity" else 0.0
 
 
-def make_feature_map(name: str, d: int, *, num_features: int = 32, seed: int = 0, **options):
-    """A feature map from the contract's ``get_feature_map``, with the options it needs."""
+def make_feature_map(name: str, d: int, *, num_features: int = 32, seed: int = 0, max_len=None,
+                     **options):
+    """A feature map from the contract's ``get_feature_map``, with the options it needs: performer
+    gets ``d``, ``num_features`` and ``seed``; cosformer gets ``max_len`` when one is given (the
+    other maps ignore it, so a test can pass it for every map)."""
     from linattn_core import get_feature_map
 
     if name == "performer":
         return get_feature_map("performer", d=d, num_features=num_features, seed=seed, **options)
+    if name == "cosformer" and max_len is not None:
+        options["max_len"] = max_len
     return get_feature_map(name, **options)
 
 

@@ -162,7 +162,8 @@ def test_kernel_attention_eps_is_a_clamp(mk, eps):
 
 def test_kernel_attention_cross_attention(mk, map_name, batch):
     q, k, v = mk.qkv(batch, n_q=7, n_k=19, d=8, d_v=5, seed=15, shift=mk.shift_for(map_name))
-    phi = mk.feature_map(map_name, 8)
+    # cosformer: an explicit max_len, as the default M of a cross-attention call is a design choice
+    phi = mk.feature_map(map_name, 8, max_len=19)
     out = kernel_attention(q, k, v, phi)
     assert out.shape == (*batch, 7, 5)
     assert_close(out, kernel_reference(phi(q), phi(k), v)[0], what=f"cross-attention[{map_name}]")

@@ -77,7 +77,7 @@ def test_every_form_uses_the_same_eps_clamp(mk, causal_method, eps):
 
 def test_cross_attention(mk, map_name, batch):
     q, k, v = mk.qkv(batch, n_q=11, n_k=29, d=8, d_v=5, seed=9, shift=mk.shift_for(map_name))
-    phi = mk.feature_map(map_name, 8)
+    phi = mk.feature_map(map_name, 8, max_len=29)  # cosformer: explicit M for cross-attention
     out = linear_attention(q, k, v, phi)
     assert out.shape == (*batch, 11, 5)
     assert_close(out, kernel_attention(q, k, v, phi), what=f"cross-attention N_q=11 N_k=29 [{map_name}]")

@@ -89,8 +89,7 @@ def test_future_tokens_do_not_change_the_past(mk, form, map_name, p, data):
     for x, s in ((q2, seed), (k2, seed + 1), (v2, seed + 2)):
         x[..., t + 1:, :] = signed(s, x[..., t + 1:, :].shape, 3.0)
     # cosformer's positions depend on max_len; fix it so the sequence length is not what changes
-    phi = (mk.feature_map("cosformer", q.shape[-1], max_len=n) if map_name == "cosformer"
-           else mk.feature_map(map_name, q.shape[-1], num_features=16))
+    phi = mk.feature_map(map_name, q.shape[-1], num_features=16, max_len=n)
     fn = CAUSAL_FORMS[form]
     before, after = fn(q, k, v, phi), fn(q2, k2, v2, phi)
     assert_close(after[..., : t + 1, :], before[..., : t + 1, :], what=f"{form}: y[:t+1] with t={t}")

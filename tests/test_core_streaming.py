@@ -24,19 +24,11 @@ def stream(cell, q, k, v):
     return np.stack(outs, axis=-2)
 
 
-def stream_map(mk, map_name, d, n):
-    """The feature map for a streaming test. cosformer needs max_len: a state cannot see the future
-    sequence length, so the same explicit M is given to the state and to the parallel form."""
-    if map_name == "cosformer":
-        return mk.feature_map("cosformer", d, max_len=n)
-    return mk.feature_map(map_name, d)
-
-
 # --- LinearAttentionState ---------------------------------------------------------------------------
 def test_state_matches_causal_linear_attention(mk, map_name, batch):
     n, d, d_v = 40, 8, 5
     q, k, v = mk.qkv(batch, n, d=d, d_v=d_v, seed=1, shift=mk.shift_for(map_name))
-    phi = stream_map(mk, map_name, d, n)
+    phi = mk.feature_map(map_name, d, max_len=n)  # a state cannot guess cosformer's M
     state = LinearAttentionState(d, d_v, phi, batch_shape=batch)
     out = stream(state, q, k, v)
     assert out.shape == (*batch, n, d_v)
@@ -68,14 +60,14 @@ def test_update_then_query_equals_step(mk):
 
 def test_state_first_output_is_first_value(mk, map_name):
     q, k, v = mk.qkv((), 5, d=8, d_v=3, seed=4, shift=1.0)
-    phi = stream_map(mk, map_name, 8, 5)
+    phi = mk.feature_map(map_name, 8, max_len=5)
     y0 = LinearAttentionState(8, 3, phi).step(q[0], k[0], v[0])
     assert_close(y0, v[0], what=f"y_0 == v_0 [{map_name}]")
 
 
 @pytest.mark.parametrize(("map_name", "d_phi"), [("elu+1", 8), ("performer", 24), ("cosformer", 16)])
 def test_state_starts_as_zeros_with_contract_shapes(mk, map_name, d_phi, batch):
-    phi = mk.feature_map(map_name, 8, num_features=24)
+    phi = mk.feature_map(map_name, 8, num_features=24, max_len=10)
     state = LinearAttentionState(8, 5, phi, batch_shape=batch)
     assert tuple(state.S.shape) == (*batch, d_phi, 5)
     assert tuple(state.z.shape) == (*batch, d_phi)
