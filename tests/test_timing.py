@@ -1,0 +1,373 @@
+"""linattn_core.timing: device choice, timers, memory measurement, guards, records and the cost model.
+
+No test here asserts a speed: performance targets are reported by ``python -m linattn_core.bench``, never
+tested. What is tested is that the machinery is right: which device is chosen, that the statistics are
+consistent, that a known allocation is measured, that the guards skip with a reason instead of crashing,
+and that the analytic counts and crossovers follow from their formulas.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+import time
+
+import numpy as np
+import pytest
+import torch
+from _tolerances import assert_close
+
+from linattn_core import timing as T
+
+
+# A method standing in for any real one: the guards only look at its name (for the analytic counts).
+def _identity(q, k, v):
+    return v
+
+
+def _sleeper(seconds):
+    def fn(q, k, v):
+        time.sleep(seconds)
+        return v
+
+    return fn
+
+
+# --- device choice ---------------------------------------------------------------------------------
+@pytest.fixture
+def no_accelerator(monkeypatch):
+    monkeypatch.delenv(T.ENV_DEVICE, raising=False)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(torch.backends.mps, "is_available", lambda: False)
+
+
+@pytest.fixture
+def fake_cuda(monkeypatch):
+    """Pretend a CUDA GPU named 'Fake GPU 9000' is present (nothing is run on it)."""
+    monkeypatch.delenv(T.ENV_DEVICE, raising=False)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "Fake GPU 9000")
+    props = type("Props", (), {"total_memory": 80 * 2**30})()
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda *a: props)
+    monkeypatch.setattr(torch.backends.mps, "is_available", lambda: False)
+
+
+def test_cpu_without_accelerator(no_accelerator):
+    assert T.pick_device().type == "cpu"
+    assert T.describe_device().startswith("cpu: ")
+    assert str(torch.get_num_threads()) in T.describe_device()
+
+
+def test_cuda_preferred_when_available(fake_cuda):
+    assert T.pick_device().type == "cuda"
+    assert "Fake GPU 9000" in T.describe_device("cuda")
+
+
+def test_mps_when_no_cuda(no_accelerator, monkeypatch):
+    monkeypatch.setattr(torch.backends.mps, "is_available", lambda: True)
+    assert T.pick_device().type == "mps"
+
+
+def test_argument_overrides_auto_choice(fake_cuda):
+    assert T.pick_device("cpu").type == "cpu"
+    assert T.pick_device(torch.device("cpu")).type == "cpu"
+    assert T.pick_device("auto").type == "cuda"
+
+
+def test_environment_variable_overrides(fake_cuda, monkeypatch):
+    monkeypatch.setenv(T.ENV_DEVICE, "cpu")
+    assert T.pick_device().type == "cpu"
+    assert T.pick_device("cuda").type == "cuda"  # the argument wins over the variable
+
+
+def test_unavailable_request_is_an_error(no_accelerator, monkeypatch):
+    with pytest.raises(ValueError, match=r"prefer='cuda'.*is_available\(\) is False"):
+        T.pick_device("cuda")
+    with pytest.raises(ValueError, match="mps"):
+        T.pick_device("mps")
+    monkeypatch.setenv(T.ENV_DEVICE, "cuda")
+    with pytest.raises(ValueError, match=T.ENV_DEVICE):
+        T.pick_device()
+    with pytest.raises(ValueError, match="not a device name"):
+        T.pick_device("gpu-please")
+
+
+def test_cuda_index_out_of_range(fake_cuda):
+    with pytest.raises(ValueError, match="1 CUDA device"):
+        T.pick_device("cuda:3")
+
+
+# --- timing ----------------------------------------------------------------------------------------
+def _check_timing(t: T.Timing) -> None:
+    assert t.repeats >= 3 and len(t.times) == t.repeats
+    assert t.median_s > 0 and t.first_call_s > 0
+    assert t.q25_s <= t.median_s <= t.q75_s
+    assert min(t.times) <= t.q25_s and t.q75_s <= max(t.times)
+    assert t.iqr_s == t.q75_s - t.q25_s >= 0
+
+
+def test_time_call_torch():
+    a = torch.randn(64, 64, generator=torch.Generator().manual_seed(0))
+    _check_timing(T.time_call(lambda: a @ a, device="cpu", min_run_time=0.01, max_run_time=0.05))
+
+
+def test_time_call_numpy_loop():
+    a = np.random.default_rng(0).standard_normal((64, 64))
+    _check_timing(T.time_call(lambda: a @ a, min_run_time=0.01, max_run_time=0.05))
+
+
+def test_time_call_measures_the_call():
+    # a sleep lasts at least as long as asked: the median cannot be shorter
+    t = T.time_call(lambda: time.sleep(0.01), device="cpu", min_run_time=0.01, max_run_time=0.05)
+    assert t.median_s >= 0.01
+
+
+def test_time_call_rejects_bad_budgets():
+    with pytest.raises(ValueError, match="min_run_time"):
+        T.time_call(lambda: None, min_run_time=0)
+    with pytest.raises(ValueError, match="min_repeats"):
+        T.time_call(lambda: None, min_repeats=0)
+
+
+# --- memory ----------------------------------------------------------------------------------------
+ALLOC_MIB = 64  # the known allocation the measurements must see
+SLACK_MIB = 16  # what else a call may touch besides it (interpreter, allocator bookkeeping)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the CPU measurement reads /proc")
+def test_peak_memory_torch_cpu_sees_a_known_allocation():
+    n = ALLOC_MIB * 2**20 // 4
+    peak, source = T.peak_memory(lambda: torch.ones(n), device="cpu")
+    assert "VmHWM" in source
+    assert ALLOC_MIB * 2**20 <= peak < (ALLOC_MIB + SLACK_MIB) * 2**20
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the CPU measurement reads /proc")
+def test_peak_memory_counts_temporaries_not_just_the_output():
+    n = ALLOC_MIB * 2**20 // 4
+
+    def fn():
+        big = torch.ones(n)  # a temporary, freed before returning
+        return big[:1].clone()
+
+    peak, _ = T.peak_memory(fn, device="cpu")
+    assert peak >= ALLOC_MIB * 2**20
+
+
+def test_peak_memory_numpy_tracemalloc():
+    n = ALLOC_MIB * 2**20 // 8
+    peak, source = T.peak_memory(lambda: np.ones(n))
+    assert source == "tracemalloc peak"
+    assert ALLOC_MIB * 2**20 <= peak < (ALLOC_MIB + SLACK_MIB) * 2**20
+
+
+# --- analytic counts -------------------------------------------------------------------------------
+def test_flop_counts_follow_their_formulas():
+    N, d, d_v, C, B = 1000, 32, 16, 64, 3
+    assert T.flops("softmax_naive", N, d, d_v, batch_heads=B) == 2 * N * N * (d + d_v) * B
+    assert T.flops("softmax_naive", N, d, d_v, causal=True) == 2 * N * N * (d + d_v)
+    assert T.flops("sdpa", N, d, d_v, causal=True) == N * N * (d + d_v)
+    assert T.flops("chunked", N, d, d_v, causal=True, chunk_size=C) == 4 * N * d * d_v + 2 * N * C * (d + d_v)
+    assert T.flops("auto", N, d, d_v, causal=True) == T.flops("chunked", N, d, d_v, causal=True)
+    for m in ("recurrent", "cumsum"):
+        assert T.flops(m, N, d, d_v, causal=True) == T.flops("linear", N, d, d_v)
+    assert T.flops("linear", N, d, d_v, d_phi=2 * d) == 4 * N * 2 * d * d_v + 4 * N * 2 * d
+
+
+def test_quadratic_and_linear_memory():
+    N, d, B = 2048, 64, 8
+    assert T.predicted_bytes("softmax_naive", N, d, d, batch_heads=B) == (2 * N * N + N * d) * B * 4
+    # doubling N: x4 for the matrix forms, x2 for the linear ones
+    for m, factor in (("softmax_naive", 4), ("linear", 2)):
+        small, big = (T.bytes_moved(m, n, d, d, itemsize=4) for n in (2**14, 2**15))
+        assert round(big / small, 1) == factor
+    assert T.bytes_moved("sdpa", N, d, d) == N * 4 * d * 4
+
+
+def test_counts_reject_bad_input():
+    with pytest.raises(ValueError, match="method='flash'"):
+        T.flops("flash", 8, 4, 4)
+    with pytest.raises(ValueError, match="causal=True"):
+        T.flops("recurrent", 8, 4, 4)
+    with pytest.raises(ValueError, match="N=0"):
+        T.predicted_bytes("linear", 0, 4, 4)
+
+
+def test_crossover_closed_form():
+    # equal rates, no memory limit: 2N²(d+d_v) = 4N d d_v + 2N C (d+d_v)  =>  N = 2 d d_v/(d+d_v) + C
+    model = T.CostModel(flop_rate=1e9, byte_rate=math.inf)
+    for d, d_v, C in ((64, 64, 64), (32, 128, 16)):
+        expected = 2 * d * d_v / (d + d_v) + C
+        n = T.crossover_length(model, "softmax_naive", "chunked", d=d, d_v=d_v, chunk_size=C)
+        assert n == math.ceil(expected)
+    # a slower linear method moves the crossover up by the rate ratio
+    slower = T.CostModel(flop_rate=1e9, byte_rate=math.inf, efficiency={"chunked": 0.1})
+    assert T.crossover_length(slower, d=64, d_v=64) == 1280
+    # fixed per-call overhead with no other cost: the linear form never wins
+    never = T.CostModel(flop_rate=math.inf, byte_rate=math.inf, overhead_s={"chunked": 1.0})
+    assert T.crossover_length(never, n_max=2**20) is None
+
+
+def _synthetic(method, causal, lengths, seconds):
+    return [T.Record(method, causal, n, 64, 64, 1, "float32", "cpu", median_s=seconds(n), q25_s=seconds(n),
+                     q75_s=seconds(n), repeats=3) for n in lengths]
+
+
+def test_slopes_and_measured_crossover():
+    lengths = [64, 128, 256, 512]
+    recs = _synthetic("softmax_naive", False, lengths, lambda n: 1e-6 * n**2)
+    recs += _synthetic("linear", False, lengths, lambda n: 1e-4 * n)
+    assert_close(T.loglog_slope(recs, "softmax_naive"), 2.0, dtype="float64")
+    assert_close(T.loglog_slope(recs, "linear"), 1.0, dtype="float64")
+    assert_close(T.measured_crossover(recs, "softmax_naive", "linear"), 100.0, dtype="float64")
+    # softmax is already faster at the first length: the crossing is reported there
+    assert T.measured_crossover(recs, "linear", "softmax_naive") == 64
+    longer = [r for r in recs if r.N >= 128]  # ... and from N=128 on it never is
+    assert T.measured_crossover(longer, "linear", "softmax_naive") is None
+    with pytest.raises(ValueError, match="a slope needs 2"):
+        T.loglog_slope(recs[:1], "softmax_naive")
+
+
+def test_calibrate_recovers_efficiency_and_overhead():
+    model = T.CostModel(flop_rate=1e10, byte_rate=1e9)
+    eff, overhead = 0.25, 2e-4
+    lengths = [256, 1024, 4096, 16384]
+    recs = _synthetic("linear", False, lengths,
+                      lambda n: overhead + model.roofline_s("linear", n, 64, 64) / eff)
+    fitted = model.calibrate(recs)
+    assert_close(fitted.efficiency["linear"], eff, dtype="float64")
+    assert_close(fitted.overhead_s["linear"], overhead, dtype="float64")
+    expected = overhead + model.roofline_s("linear", 777, 64, 64) / eff
+    assert_close(fitted.time_s("linear", 777, 64, 64), expected, dtype="float64")
+
+
+# --- sweeps: guards, budgets, records ---------------------------------------------------------------
+SMALL = dict(d=8, d_v=8, batch_heads=2, min_run_time=0.005, max_run_time=0.02, progress=False)
+
+
+def test_memory_guard_skips_with_a_reason(monkeypatch):
+    # 1 MiB "free": the N x N matrices no longer fit at N=256, the linear form still does
+    monkeypatch.setattr(T, "available_memory", lambda device=None: 2**20)
+    methods = [T.Method("softmax_naive", False, _identity), T.Method("linear", False, _identity)]
+    recs = T.sweep(methods, [16, 256], device="cpu", **SMALL)
+    by = {(r.method, r.N): r for r in recs}
+    assert by["softmax_naive", 16].measured and by["linear", 256].measured
+    skipped = by["softmax_naive", 256]
+    assert not skipped.measured and skipped.median_s is None
+    assert "needs about" in skipped.skipped and "GiB free on cpu" in skipped.skipped
+    assert skipped.predicted_bytes > 0.5 * 2**20
+
+
+def test_out_of_memory_is_reported_not_raised():
+    def oom(q, k, v):
+        raise torch.OutOfMemoryError("out of memory (simulated)")
+
+    recs = T.sweep([T.Method("linear", False, oom)], [16, 32], device="cpu", **SMALL)
+    assert recs[0].skipped.startswith("out of memory: OutOfMemoryError")
+    assert "ran out of memory at N=16" in recs[1].skipped
+
+
+def test_other_errors_are_raised():
+    def broken(q, k, v):
+        raise ZeroDivisionError("a real bug")
+
+    with pytest.raises(ZeroDivisionError):
+        T.sweep([T.Method("linear", False, broken)], [16], device="cpu", **SMALL)
+
+
+def test_per_call_budget_ends_a_method():
+    slow = T.Method("recurrent", True, _sleeper(0.05))
+    fast = T.Method("chunked", True, _identity)
+    recs = T.sweep([slow, fast], [16, 32, 64], device="cpu", max_call_s=0.02, **SMALL)
+    first, *rest = [r for r in recs if r.method == "recurrent"]
+    assert first.measured and first.repeats == 1 and first.median_s >= 0.05
+    assert all("over the 0.02 s budget" in r.skipped and "N=16" in r.skipped for r in rest)
+    assert all(r.measured for r in recs if r.method == "chunked")
+
+
+def test_predicted_time_skips_before_running():
+    calls = []
+
+    def counted(q, k, v):
+        calls.append(q.shape[-2])
+        time.sleep(0.002)
+        return v
+
+    # softmax at N=16 takes >= 2 ms; its FLOPs grow 256x to N=256: predicted >= 0.5 s > 0.1 s
+    recs = T.sweep([T.Method("softmax_naive", False, counted)], [16, 256], device="cpu", max_call_s=0.1,
+                   measure_memory=False, **SMALL)
+    assert recs[1].skipped.startswith("predicted") and recs[1].predicted_s >= 0.5
+    assert 256 not in calls
+
+
+def test_sweep_budget_ends_the_sweep():
+    methods = [T.Method("linear", False, _sleeper(0.01)), T.Method("sdpa", False, _identity)]
+    recs = T.sweep(methods, [16, 32, 64], device="cpu", budget_s=0.005, **SMALL)
+    assert recs[0].measured  # the budget is checked before each measurement, so one always runs
+    assert all(r.skipped.startswith("sweep time budget of 0.005 s used up") for r in recs[1:])
+
+
+def test_records_carry_metadata_and_serialise():
+    recs = T.sweep([T.Method("linear", False, _identity)], [16], device="cpu", **SMALL)
+    r = recs[0]
+    for key in ("device", "device_name", "torch", "numpy", "python", "platform", "threads", "dtype"):
+        assert r.meta[key] not in (None, ""), key
+    assert r.meta["dtype"] == r.dtype == "float32" and r.meta["threads"] == torch.get_num_threads()
+    assert r.flops == T.flops("linear", 16, 8, 8, batch_heads=2)
+    assert_close(r.gflops, r.flops / r.median_s / 1e9, dtype="float64")
+    assert r.q25_s <= r.median_s <= r.q75_s
+    d = json.loads(json.dumps(r.to_dict()))
+    assert d["meta"]["torch"] == torch.__version__ and "meta" not in r.to_dict(meta=False)
+    assert "linear" in T.format_table(recs)
+
+
+def test_sweep_rejects_bad_input():
+    m = [T.Method("linear", False, _identity)]
+    with pytest.raises(ValueError, match=r"lengths\[0\]=0"):
+        T.sweep(m, [0, 8], device="cpu", progress=False)
+    with pytest.raises(ValueError, match="memory_fraction"):
+        T.sweep(m, [8], device="cpu", memory_fraction=1.5, progress=False)
+    with pytest.raises(ValueError, match="methods is empty"):
+        T.sweep([], [8], device="cpu", progress=False)
+    with pytest.raises(ValueError, match="dtype='int32'"):
+        T.sweep(m, [8], device="cpu", dtype="int32", progress=False)
+
+
+# --- the standard methods compute what their names say ---------------------------------------------
+def test_standard_methods_selection():
+    assert {m.name for m in T.standard_methods(causal=False)} == {"softmax_naive", "sdpa", "linear"}
+    causal = T.standard_methods(causal=True)
+    assert {m.name for m in causal} == {"softmax_naive", "sdpa", "recurrent", "cumsum", "chunked", "auto"}
+    assert [m.label for m in T.standard_methods(["sdpa"])] == ["sdpa", "sdpa (causal)"]
+    with pytest.raises(ValueError, match="flash"):
+        T.standard_methods(["flash"])
+
+
+def test_standard_methods_agree_with_the_library():
+    from linattn_core import kernel_attention, softmax_attention
+
+    gen = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(2, 37, 8, generator=gen, dtype=torch.float64) for _ in range(3))
+    for m in T.standard_methods(chunk_size=16):
+        if m.name in ("softmax_naive", "sdpa"):
+            expected = softmax_attention(q, k, v, causal=m.causal)
+        else:
+            expected = kernel_attention(q, k, v, "elu+1", causal=m.causal)
+        assert_close(m.fn(q, k, v), expected, what=m.label)
+
+
+def test_figures_show_measured_methods_only():
+    recs = _synthetic("linear", False, [64, 128], lambda n: 1e-4 * n)
+    recs.append(T.Record("sdpa", False, 64, 64, 64, 1, "float32", "cpu", skipped="too big"))
+    for r in recs[:2]:
+        r.peak_bytes = 1024 * r.N
+    fig = T.time_figure(recs)
+    assert [tr.name for tr in fig.data] == ["linear"]
+    assert list(fig.data[0].x) == [64, 128]
+    assert_close(np.array(fig.data[0].y), 1e3 * 1e-4 * np.array([64.0, 128.0]))
+    assert fig.layout.xaxis.type == "log" and "ms" in fig.layout.yaxis.title.text
+    mem = T.memory_figure(recs)
+    assert_close(np.array(mem.data[0].y), np.array([64.0, 128.0]) / 1024)
