@@ -695,7 +695,8 @@ def sweep(methods: Sequence[Method], lengths: Iterable[int], *, d: int = 64, d_v
           batch_heads: int = 8, dtype: Any = "float32", device: Any = None, seed: int = 0,
           min_run_time: float = 0.1, min_repeats: int = 5, max_run_time: float = 1.0,
           max_call_s: float = 2.0, budget_s: float | None = None, memory_fraction: float = 0.5,
-          measure_memory: bool = True, progress: bool | None = None) -> list[Record]:
+          measure_memory: bool = True, progress: bool | None = None,
+          threads: int | None = None) -> list[Record]:
     """Time every method at every length, skipping (with the reason) what would not fit or take too long.
 
     Inputs are seeded ``randn`` tensors ``q, k: (batch_heads, N, d)``, ``v: (batch_heads, N, d_v)``, made once
@@ -709,7 +710,8 @@ def sweep(methods: Sequence[Method], lengths: Iterable[int], *, d: int = 64, d_v
     4. otherwise it is timed (:func:`time_call`) and its peak memory measured (:func:`peak_memory`).
 
     A progress bar (``tqdm.auto``: a widget in notebooks, a text bar in terminals) shows the sweep; it is
-    off during the book build, or with ``progress=False``.
+    off during the book build, or with ``progress=False``. ``threads`` sets ``torch.set_num_threads`` for the
+    sweep (restored afterwards; recorded in ``meta``): one thread gives steadier numbers on a busy machine.
 
     Returns
     -------
@@ -724,9 +726,14 @@ def sweep(methods: Sequence[Method], lengths: Iterable[int], *, d: int = 64, d_v
         raise ValueError("methods is empty: pass e.g. standard_methods()")
     if not 0 < memory_fraction <= 1:
         raise ValueError(f"memory_fraction={memory_fraction} must be in (0, 1]")
+    if threads is not None:
+        _check_sizes(threads=threads)
     dev = _torch_device(device)
     tdtype = _torch_dtype(dtype)
     itemsize = torch.empty((), dtype=tdtype).element_size()
+    threads_before = torch.get_num_threads()
+    if threads is not None:
+        torch.set_num_threads(threads)
     meta = environment(dev, tdtype)
     records: list[Record] = []
     last: dict[str, tuple[int, float]] = {}  # label -> (N, seconds per call) of its last measurement
@@ -757,6 +764,7 @@ def sweep(methods: Sequence[Method], lengths: Iterable[int], *, d: int = 64, d_v
             del q, k, v
     finally:
         bar.close()
+        torch.set_num_threads(threads_before)
     return records
 
 
@@ -1059,10 +1067,21 @@ def _line_figure(records: Sequence[Record], value: Callable[[Record], float], *,
     return fig
 
 
-def time_figure(records: Sequence[Record], *, title: str = "Time per call against sequence length") -> Any:
-    """Log-log plotly figure of the median time per call of each measured method (skipped ones left out)."""
-    return _line_figure(records, lambda r: r.median_s * 1e3, y_title="time per call (ms, log scale)",
-                        title=title, hover="%{y:.3g} ms")
+def time_figure(records: Sequence[Record], *, title: str = "Time per call against sequence length",
+                crossover: float | None = None, crossover_label: str = "measured crossover") -> Any:
+    """Log-log plotly figure of the median time per call of each measured method (skipped ones left out).
+
+    ``crossover`` (a length) adds a dotted vertical line there, named ``crossover_label`` in the legend.
+    """
+    fig = _line_figure(records, lambda r: r.median_s * 1e3, y_title="time per call (ms, log scale)",
+                       title=title, hover="%{y:.3g} ms")
+    if crossover is not None:
+        ms = [r.median_s * 1e3 for r in records if r.measured]
+        fig.add_scatter(x=[crossover, crossover], y=[min(ms), max(ms)], mode="lines",
+                        name=f"{crossover_label} (N ≈ {crossover:.0f})",
+                        line=dict(color="#000000", dash="dot", width=1.5),
+                        hovertemplate=f"{crossover_label}<br>N ≈ {crossover:.0f}<extra></extra>")
+    return fig
 
 
 def memory_figure(records: Sequence[Record], *, title: str = "Peak extra memory per call") -> Any:

@@ -371,3 +371,16 @@ def test_figures_show_measured_methods_only():
     assert fig.layout.xaxis.type == "log" and "ms" in fig.layout.yaxis.title.text
     mem = T.memory_figure(recs)
     assert_close(np.array(mem.data[0].y), np.array([64.0, 128.0]) / 1024)
+
+
+def test_threads_option_is_applied_and_restored():
+    before = torch.get_num_threads()
+    seen = []
+
+    def record_threads(q, k, v):
+        seen.append(torch.get_num_threads())
+        return v
+
+    recs = T.sweep([T.Method("linear", False, record_threads)], [16], device="cpu", threads=1, **SMALL)
+    assert set(seen) == {1} and recs[0].meta["threads"] == 1
+    assert torch.get_num_threads() == before
