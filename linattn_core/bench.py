@@ -8,6 +8,7 @@ Run it with ``python -m linattn_core.bench`` (or ``make bench``). Options:
 ``--json PATH``    also write the results as JSON
 ``--max-call-s S`` per-call time budget (longer lengths of a method that exceeds it are skipped)
 ``--budget-s S``   time budget of the whole sweep
+``--threads T``    torch CPU threads during the sweep (one gives steadier numbers on a busy machine)
 
 What is measured (float32, ``batch_heads = 8``, ``d = d_v = 64``, ``N = 256 .. 65536``): the naive softmax
 form, ``torch.nn.functional.scaled_dot_product_attention`` (SDPA), non-causal linear attention, and the
@@ -51,6 +52,7 @@ class Config:
     max_run_time: float = 1.0
     max_call_s: float = 4.0
     budget_s: float | None = 600.0
+    threads: int | None = None
 
     @classmethod
     def quick(cls) -> Config:
@@ -210,7 +212,7 @@ def run(config: Config, *, device: Any = None, progress: bool | None = None,
     records = T.sweep(methods, config.lengths, d=config.d, d_v=config.d_v, batch_heads=config.batch_heads,
                       dtype=config.dtype, device=dev, min_run_time=config.min_run_time,
                       max_run_time=config.max_run_time, max_call_s=config.max_call_s,
-                      budget_s=config.budget_s, progress=progress)
+                      budget_s=config.budget_s, progress=progress, threads=config.threads)
     itemsize = 2 if config.dtype in ("float16", "bfloat16") else (8 if config.dtype == "float64" else 4)
     targets = evaluate_targets(records, matmul_gflops, lengths=config.lengths, itemsize=itemsize)
     say("")
@@ -248,6 +250,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--json", metavar="PATH", default=None, help="write the results as JSON")
     parser.add_argument("--max-call-s", type=_positive(float), default=None, help="per-call time budget (s)")
     parser.add_argument("--budget-s", type=_positive(float), default=None, help="whole-sweep time budget (s)")
+    parser.add_argument("--threads", type=_positive(int), default=None,
+                        help="torch CPU threads for the sweep (default: torch's own choice)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     args = parser.parse_args(argv)
     config = Config.quick() if args.quick else Config()
@@ -261,6 +265,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         changes["max_call_s"] = args.max_call_s
     if args.budget_s is not None:
         changes["budget_s"] = args.budget_s
+    if args.threads is not None:
+        changes["threads"] = args.threads
     if changes:
         from dataclasses import replace
 
