@@ -192,7 +192,8 @@ def figure_html(fig: go.Figure | Mapping[str, Any]) -> str:
     digest = hashlib.sha1(pio.to_json(fig_dict, validate=False).encode()).hexdigest()[:10]
     div_id = f"linattn-fig-{next(_counter)}-{digest}"
     div = pio.to_html(fig_dict, include_plotlyjs=False, include_mathjax=False, full_html=False,
-                      config=dict(_PLOT_CONFIG), div_id=div_id, default_height="450px", validate=False)
+                      config=dict(_PLOT_CONFIG), div_id=div_id, default_height="450px", validate=False,
+                      auto_play=False)  # frames are for the controls, not a movie on page load
     label = html.escape(_alt_text(fig_dict), quote=True)
     return f'<figure class="linattn-figure" role="group" aria-label="{label}">{div}</figure>'
 
@@ -403,17 +404,52 @@ def _slider(labels: Sequence[Any], frame_names: Sequence[str], *, prefix: str, a
 
 
 def _dropdown(labels: Sequence[str], args: Sequence[list], *, method: str = "restyle", active: int = 0,
-              x: float = 0.0, y: float = 1.13) -> dict:
-    """A plotly dropdown; button k calls ``Plotly.<method>(*args[k])``."""
-    buttons = [{"label": lab, "method": method, "args": a} for lab, a in zip(labels, args, strict=True)]
-    return {"type": "dropdown", "buttons": buttons, "active": active, "x": x, "y": y, "xanchor": "left",
-            "yanchor": "bottom", "showactive": True, "direction": "down", "pad": {"r": 4, "t": 4}}
+              label: str = "", buttons: bool = False) -> dict:
+    """A plotly dropdown (or a row of buttons); option k calls ``Plotly.<method>(*args[k])``.
+
+    Placed top-left by :func:`_arrange`; ``label`` is drawn to its left (plotly menus have no label).
+    """
+    items = [{"label": lab, "method": method, "args": a} for lab, a in zip(labels, args, strict=True)]
+    return {"type": "buttons" if buttons else "dropdown", "buttons": items, "active": active, "x": 0.0,
+            "y": 1.1, "xanchor": "left", "yanchor": "top", "showactive": True,
+            "direction": "right" if buttons else "down", "name": label,
+            "pad": {"l": 8 + round(7.2 * len(label)) if label else 0, "t": 0, "r": 0, "b": 0},
+            "bgcolor": "#f5f5f5", "bordercolor": "#999", "font": {"size": 13}}
 
 
-def _control_label(fig: go.Figure, text: str, *, x: float, y: float) -> None:
-    """A text label to the left of a dropdown (plotly dropdowns have no label of their own)."""
-    fig.add_annotation(text=text, x=x, y=y, xref="paper", yref="paper", xanchor="right", yanchor="bottom",
-                       showarrow=False, yshift=6)
+def _control_label(fig: go.Figure, text: str) -> None:
+    """A text label left of the top menu (positioned by :func:`_arrange`)."""
+    fig.add_annotation(text=text, x=0.0, y=1.1, xref="paper", yref="paper", xanchor="left", yanchor="top",
+                       showarrow=False, name="control-label", font={"size": 13})
+
+
+def _arrange(fig: go.Figure, *, height: int, legend_rows: int = 0, axis_px: int = 58) -> go.Figure:
+    """Lay out title, top menu, plot area, legend and bottom slider in fixed pixel bands.
+
+    Title at the very top; the menu (if any) in a band under it; under the plot area the x-axis titles
+    (``axis_px``), then the legend (``legend_rows`` rows), then the slider (if any). Paper coordinates
+    are computed from pixels, so nothing overlaps whatever the figure's width.
+    """
+    has_menu = bool(fig.layout.updatemenus)
+    has_slider = bool(fig.layout.sliders)
+    top = 128 if has_menu else 78
+    legend_px = 24 * legend_rows
+    bottom = axis_px + legend_px + (82 if has_slider else 0) + 8
+    plot_h = max(height - top - bottom, 120)
+    fig.update_layout(height=height, margin={"t": top, "b": bottom},
+                      title={"y": 1 - 10 / height, "yanchor": "top", "yref": "container"})
+    if legend_rows:
+        fig.update_layout(legend={"orientation": "h", "x": 0, "xanchor": "left", "y": -axis_px / plot_h,
+                                  "yanchor": "top"})
+    for sl in fig.layout.sliders:
+        sl.update(y=-(axis_px + legend_px) / plot_h, yanchor="top", pad={"t": 8, "b": 0})
+    y_menu = 1 + (top - 44) / plot_h
+    for m in fig.layout.updatemenus:
+        m.update(y=y_menu, yanchor="top")
+    for ann in fig.layout.annotations:
+        if ann.name == "control-label":
+            ann.update(y=y_menu, yanchor="top", yshift=-7)
+    return fig
 
 
 def _visibility(groups: Sequence[int], n_shared: int, chosen: int) -> list[bool]:
@@ -551,110 +587,115 @@ def _mvs_group(data: Mapping[str, Any], t: int, digits: int | None) -> list[go.B
     return [_future_trace(shown.shape[0]), _score_trace(shown, digits), *_mvs_dynamic(data, t, digits)]
 
 
-def _mvs_canvas(N: int, d_phi: int, d_v: int, ranges: Mapping[str, float]) -> go.Figure:
-    fig = make_subplots(
-        rows=2, cols=3, column_widths=[0.44, 0.34, 0.22], row_heights=[0.66, 0.34],
-        horizontal_spacing=0.1, vertical_spacing=0.2,
+def _mvs_canvas() -> go.Figure:
+    return make_subplots(
+        rows=2, cols=3, column_widths=[0.42, 0.34, 0.24], row_heights=[0.64, 0.36],
+        horizontal_spacing=0.13, vertical_spacing=0.2,
         specs=[[{}, {}, {}], [{"colspan": 3}, None, None]],
-        subplot_titles=("scores φ(q_i)·φ(k_j), causal; row t outlined", "state S_t = Σ_{j≤t} φ(k_j) v_jᵀ",
-                        "z_t = Σ_{j≤t} φ(k_j)", "output y_t, computed both ways"))
-    return fig
+        subplot_titles=("scores φ(q_i)·φ(k_j), row t outlined", "state S_t = Σ φ(k_j) v_jᵀ, j ≤ t",
+                        "z_t = Σ φ(k_j), j ≤ t", "output y_t, computed both ways"))
 
 
-def _mvs_place(fig: go.Figure, traces: Sequence[go.BaseTraceType], N: int) -> None:
+def _mvs_place(fig: go.Figure, traces: Sequence[go.BaseTraceType]) -> None:
     """Add one group's traces to their subplots and place the two colour bars beside their heatmaps."""
     cells = [(1, 1), (1, 1), (1, 1), (1, 2), (1, 3), (2, 1), (2, 1)]
     for tr, (r, c) in zip(traces, cells, strict=True):
         fig.add_trace(tr, row=r, col=c)
     dom1, dom2 = fig.layout.xaxis.domain, fig.layout.xaxis2.domain
     ydom = fig.layout.yaxis.domain
-    bar_kw = {"len": ydom[1] - ydom[0], "y": (ydom[0] + ydom[1]) / 2, "yanchor": "middle", "thickness": 12}
-    fig.data[-6].colorbar.update(x=dom1[1] + 0.005, xanchor="left", **bar_kw)
-    fig.data[-4].colorbar.update(x=dom2[1] + 0.005, xanchor="left", **bar_kw)
+    bar_kw = {"len": ydom[1] - ydom[0], "y": (ydom[0] + ydom[1]) / 2, "yanchor": "middle", "thickness": 10,
+              "xanchor": "left", "xpad": 4}
+    fig.data[-6].colorbar.update(x=dom1[1] + 0.005, title={"text": "score"}, **bar_kw)
+    fig.data[-4].colorbar.update(x=dom2[1] + 0.005, title={"text": "S"}, **bar_kw)
 
 
-def _mvs_axes(fig: go.Figure, N: int, d_phi: int, d_v: int, r: Mapping[str, float]) -> None:
+def _mvs_axis_ranges(data: Mapping[str, Any]) -> dict[str, Any]:
+    """Per-map axis ranges, as relayout keys (the static twin's menu applies them with ``update``)."""
+    r = _mvs_ranges(data)
+    d_phi = data["S"].shape[1]
+    return {"yaxis2.range": [d_phi - 0.5, -0.5], "yaxis3.range": [d_phi - 0.5, -0.5],
+            "yaxis2.dtick": 1 if d_phi <= 16 else None, "xaxis3.range": [r["z_lo"], r["z_hi"]],
+            "yaxis4.range": [-r["y"], r["y"]]}
+
+
+def _mvs_axes(fig: go.Figure, data: Mapping[str, Any]) -> None:
+    N, d_phi, d_v = data["S"].shape
     _matrix_axes(fig, N, N, row=1, col=1)
-    _state_axes(fig, (d_phi, d_v), r["z_hi"], row=1, col=2)
-    fig.update_xaxes(range=[r["z_lo"], r["z_hi"]], row=1, col=3)
+    _state_axes(fig, (d_phi, d_v), 1.0, row=1, col=2)
     fig.update_xaxes(title_text="output dim c", dtick=1, range=[-0.5, d_v - 0.5], row=2, col=1)
-    fig.update_yaxes(title_text="y_t[c]", range=[-r["y"], r["y"]], zeroline=True, row=2, col=1)
-    fig.update_layout(barmode="group",
-                      legend={"orientation": "h", "x": 0, "y": -0.12, "yanchor": "top", "xanchor": "left"})
+    fig.update_yaxes(title_text="y_t[c]", zeroline=True, zerolinecolor="#888", row=2, col=1)
+    fig.update_layout(_mvs_axis_ranges(data), barmode="group")
 
 
 def matrix_vs_state_figure(data: Mapping[str, Any], t: int, *, title: str | None = None,
-                           alt: str | None = None, height: int = 640) -> go.Figure:
+                           alt: str | None = None, height: int = 700) -> go.Figure:
     """Step ``t`` of causal linear attention seen two ways (from :func:`matrix_vs_state_data`).
 
     Left: the causal kernel matrix with row t outlined (future greyed); middle: the state S_t; right: z_t;
     below: y_t from row t of the normalised matrix and from (S_t, z_t), with their max abs difference.
+    Trace order: future mask, scores, row outline, S_t, z_t, y_t (matrix), y_t (state).
     """
     N, d_phi, d_v = data["S"].shape
     if not 0 <= t < N:
         raise ValueError(f"t must be in [0, {N}), got {t} (the data has N = {N} steps)")
-    r = _mvs_ranges(data)
-    fig = _mvs_canvas(N, d_phi, d_v, r)
-    _mvs_place(fig, _mvs_group(data, t, None), N)
-    _mvs_axes(fig, N, d_phi, d_v, r)
+    fig = _mvs_canvas()
+    _mvs_place(fig, _mvs_group(data, t, None))
+    _mvs_axes(fig, data)
     text = alt or (f"Left: the causal {N} by {N} kernel matrix for {data['label']} with row {t} outlined "
                    f"and the future greyed. Middle: the {d_phi} by {d_v} state S_t after {t + 1} tokens. "
                    f"Right: z_t. Below: the output y_t from the matrix row and from the state agree "
                    f"(max difference {data['max_diff'][t]:.1e}).")
-    return _finish(fig, title=title or f"Matrix view vs state view, step t = {t} ({data['label']})",
-                   alt=text, height=height)
+    _finish(fig, title=title or f"Matrix view vs state view, step t = {t} ({data['label']})", alt=text,
+            height=height)
+    return _arrange(fig, height=height, legend_rows=2)
 
 
 def matrix_vs_state_twin(datas: Mapping[str, Mapping[str, Any]], *, t0: int = 0, title: str | None = None,
-                         digits: int = SIG_DIGITS, height: int = 680) -> go.Figure:
+                         digits: int = SIG_DIGITS, height: int = 820) -> go.Figure:
     """Static twin of the matrix-vs-state explorer: a slider over t (one frame per step, every feature
-    map's traces in it) and a dropdown over the feature maps (restyle ``visible``). No kernel needed.
+    map's traces in it) and buttons for the feature maps (``update``: visibility and axis ranges).
 
     Parameters
     ----------
     datas : mapping label -> :func:`matrix_vs_state_data` output (same N and d_v for all)
+
+    Trace k of group g (map g) is ``fig.data[7 g + k]``, in :func:`matrix_vs_state_figure`'s order; frame
+    ``t`` holds traces 2..6 of every group at step t.
     """
     labels = list(datas)
     if not labels:
         raise ValueError("datas must hold at least one feature map's data, got an empty mapping")
-    Ns = {datas[lab]["S"].shape[0] for lab in labels}
-    if len(Ns) != 1:
-        raise ValueError(f"all datas must have the same N, got {sorted(Ns)}")
-    N = Ns.pop()
+    shapes = {(datas[lab]["S"].shape[0], datas[lab]["S"].shape[2]) for lab in labels}
+    if len(shapes) != 1:
+        raise ValueError(f"all datas must have the same N and d_v, got (N, d_v) in {sorted(shapes)}")
+    N = shapes.pop()[0]
+    if not 0 <= t0 < N:
+        raise ValueError(f"t0 must be in [0, {N}), got {t0}")
     first = datas[labels[0]]
-    _, d_phi, d_v = first["S"].shape
-    fig = _mvs_canvas(N, d_phi, d_v, _mvs_ranges(first))
+    fig = _mvs_canvas()
     groups: list[int] = []
     for g, lab in enumerate(labels):
-        _mvs_place(fig, _mvs_group(datas[lab], t0, digits), N)
+        _mvs_place(fig, _mvs_group(datas[lab], t0, digits))
         groups += [g] * _MVS_PER_GROUP
     for i, tr in enumerate(fig.data):
         tr.visible = groups[i] == 0
-    _mvs_axes(fig, N, d_phi, d_v, _mvs_ranges(first))
-    # one axis range for all maps (the dropdown does not relayout): cover them all
-    rs = [_mvs_ranges(datas[lab]) for lab in labels]
-    fig.update_xaxes(range=[min(r["z_lo"] for r in rs), max(r["z_hi"] for r in rs)], row=1, col=3)
-    y = max(r["y"] for r in rs)
-    fig.update_yaxes(range=[-y, y], row=2, col=1)
-    d_phis = {datas[lab]["S"].shape[1] for lab in labels}
-    fig.update_yaxes(range=[max(d_phis) - 0.5, -0.5], row=1, col=2)
-    fig.update_yaxes(range=[max(d_phis) - 0.5, -0.5], row=1, col=3)
+    _mvs_axes(fig, first)
     dyn_idx = [g * _MVS_PER_GROUP + j for g in range(len(labels)) for j in range(2, _MVS_PER_GROUP)]
     fig.frames = [go.Frame(name=f"t={t}", traces=dyn_idx,
                            data=[tr for lab in labels for tr in _mvs_dynamic(datas[lab], t, digits)])
                   for t in range(N)]
+    args = [[{"visible": [gi == g for gi in groups]}, _mvs_axis_ranges(datas[lab])]
+            for g, lab in enumerate(labels)]
     fig.update_layout(
-        sliders=[_slider(range(N), [f"t={t}" for t in range(N)], prefix="step t = ", active=t0, y=-0.2)],
-        updatemenus=[_dropdown(labels, [[{"visible": [gi == g for gi in groups]}]
-                                        for g in range(len(labels))], x=0.12, y=1.08)],
-        margin={"t": 110, "b": 150})
-    _control_label(fig, "feature map φ:", x=0.115, y=1.08)
-    text = (f"Interactive figure with a slider over the step t (0 to {N - 1}) and a menu of feature maps "
-            f"({', '.join(labels)}). Left: the causal {N} by {N} kernel matrix with row t outlined and the "
-            f"future greyed; middle: the state S_t; right: z_t; below: y_t from the matrix and from the "
+        sliders=[_slider(range(N), [f"t={t}" for t in range(N)], prefix="step t = ", active=t0)],
+        updatemenus=[_dropdown(labels, args, method="update", label="feature map φ:", buttons=True)])
+    _control_label(fig, "feature map φ:")
+    text = (f"Interactive figure with a slider over the step t (0 to {N - 1}) and buttons for the feature "
+            f"maps ({', '.join(labels)}). Left: the causal {N} by {N} kernel matrix with row t outlined and "
+            f"the future greyed; middle: the state S_t; right: z_t; below: y_t from the matrix and from the "
             f"state, which agree.")
-    return _finish(fig, title=title or "Matrix view vs state view: the same y_t, two ways", alt=text,
-                   height=height)
+    _finish(fig, title=title or "Matrix view vs state view: the same y_t, two ways", alt=text, height=height)
+    return _arrange(fig, height=height, legend_rows=2)
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -696,9 +737,11 @@ def feature_map_comparison_data(q: Any, k: Any, v: Any, feature_maps: Sequence[A
 
 
 def _fm_title(label: str, m: Mapping[str, Any]) -> str:
-    bad = f"; {m['n_nonpositive']} denominators ≤ 0" if m["n_nonpositive"] else ""
-    return (f"{label} vs softmax: max |ΔA| = {m['max_abs']:.3g}, misplaced attention mass "
-            f"{100 * m['tv']:.1f}% per row, output error {100 * m['out_rel']:.1f}%{bad}")
+    if m["n_nonpositive"]:
+        return (f"{label} vs softmax: {m['n_nonpositive']} denominators ≤ 0, "
+                f"max |ΔA| = {m['max_abs']:.2g}, output error {m['out_rel']:.2g}")
+    return (f"{label} vs softmax: max |ΔA| = {m['max_abs']:.2f}, {100 * m['tv']:.0f}% of the attention "
+            f"mass misplaced, output error {100 * m['out_rel']:.0f}%")
 
 
 def _fm_group(m: Mapping[str, Any], w_max: float, digits: int | None) -> list[go.BaseTraceType]:
@@ -709,7 +752,7 @@ def _fm_group(m: Mapping[str, Any], w_max: float, digits: int | None) -> list[go
         heat = _attention_trace(w, zmin=0.0, zmax=w_max, digits=digits, label="A_φ", name="A_φ")
     else:  # the identity map: signed weights, some huge where the clamp met a tiny denominator
         heat = _attention_trace(w, colorscale="RdBu", zmin=-1.0, zmax=1.0, digits=digits, name="A_φ",
-                                label="A_φ (colour clipped to ±1)")
+                                label="A_φ", colorbar={"title": {"text": "A_φ, ±1"}})
     r = min(_sym_range(m["diff"]), 1.0)
     diff = go.Heatmap(z=_lst(m["diff"], digits), colorscale="RdBu", zmid=0.0, zmin=-r, zmax=r,
                       colorbar={"title": {"text": "ΔA"}}, name="ΔA", hoverongaps=False,
@@ -722,7 +765,7 @@ def _fm_group(m: Mapping[str, Any], w_max: float, digits: int | None) -> list[go
 
 
 def _fm_canvas(n_q: int, n_k: int) -> go.Figure:
-    fig = make_subplots(rows=2, cols=2, horizontal_spacing=0.16, vertical_spacing=0.16,
+    fig = make_subplots(rows=2, cols=2, horizontal_spacing=0.22, vertical_spacing=0.17,
                         subplot_titles=("A_φ: normalised φ(q_i)·φ(k_j)", "A_softmax",
                                         "difference A_φ − A_softmax", "denominators φ(q_i)·Σ_j φ(k_j)"))
     return fig
@@ -769,8 +812,8 @@ def feature_map_comparison(data: Mapping[str, Any], label: str | None = None, *,
     text = alt or (f"Four panels for the {label} feature map on {n_q} queries and {n_k} keys: its attention "
                    f"matrix, softmax's, their difference (max {m['max_abs']:.2g}) and a histogram of the "
                    f"denominators, {m['n_nonpositive']} of which are zero or negative.")
-    return _finish(fig, title=title or _fm_title(label, m), alt=text, height=height,
-                   margin={"t": 90}, title_font_size=14)
+    _finish(fig, title=title or _fm_title(label, m), alt=text, height=height, title_font_size=14)
+    return _arrange(fig, height=height)
 
 
 def feature_map_twin(data: Mapping[str, Any], *, digits: int = SIG_DIGITS, height: int = 760) -> go.Figure:
@@ -792,13 +835,14 @@ def feature_map_twin(data: Mapping[str, Any], *, digits: int = SIG_DIGITS, heigh
     _fm_layout(fig, n_q, n_k, w_max)
     args = [[{"visible": _visibility(groups, 1, g)}, {"title.text": _fm_title(lab, maps[lab])}]
             for g, lab in enumerate(labels)]
-    fig.update_layout(updatemenus=[_dropdown(labels, args, method="update", x=0.12, y=1.1)])
-    _control_label(fig, "feature map φ:", x=0.115, y=1.1)
+    fig.update_layout(updatemenus=[_dropdown(labels, args, method="update", label="feature map φ:",
+                                             buttons=True)])
+    _control_label(fig, "feature map φ:")
     text = (f"Interactive figure with a menu of feature maps ({', '.join(labels)}). For the chosen map: its "
             f"attention matrix beside softmax's for the same {n_q} queries and {n_k} keys, their difference "
             f"and a histogram of the denominators (the identity map has some at or below zero).")
-    return _finish(fig, title=_fm_title(labels[0], maps[labels[0]]), alt=text, height=height,
-                   margin={"t": 130}, title_font_size=14, title_y=0.99)
+    _finish(fig, title=_fm_title(labels[0], maps[labels[0]]), alt=text, height=height, title_font_size=14)
+    return _arrange(fig, height=height)
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -904,8 +948,8 @@ def _perf_selected(curves: Mapping[str, Any], kind: str, orth: bool, a: int,
 
 def _perf_canvas(curves: Mapping[str, Any]) -> go.Figure:
     fig = make_subplots(rows=1, cols=3, horizontal_spacing=0.08,
-                        subplot_titles=("kernel estimate: mean |K̂ − K| / K", "attention output ‖Ŷ − Y‖/‖Y‖",
-                                        "estimated vs exact kernel entries"))
+                        subplot_titles=("kernel: mean |K̂ − K| / K", "output: ‖Ŷ − Y‖ / ‖Y‖",
+                                        "K̂ against exact K"))
     for tr in _perf_curves(curves):
         fig.add_trace(tr, row=1, col=tr.meta)
         tr.meta = None
@@ -929,11 +973,10 @@ def _perf_axes(fig: go.Figure, curves: Mapping[str, Any]) -> None:
                          row=1, col=c)
     ex = np.asarray(curves["exact_pairs"])
     est = np.concatenate([v["pairs"].ravel() for v in curves["variants"].values()])
-    p_lo, p_hi = np.percentile(est, [1, 99])
-    fig.update_xaxes(title_text="exact exp(q·k/√d)", range=[0, float(ex.max()) * 1.05], row=1, col=3)
-    fig.update_yaxes(title_text="estimate φ(q)·φ(k)", range=[min(0.0, p_lo), max(p_hi, ex.max() * 1.05)],
-                     row=1, col=3)
-    fig.update_layout(legend={"orientation": "h", "x": 0, "y": -0.22, "yanchor": "top"})
+    hi = float(ex.max())
+    lo = max(min(0.0, float(np.percentile(est, 1))), -0.6 * hi)  # trig estimates can be negative
+    fig.update_xaxes(title_text="exact exp(q·k/√d)", range=[0, hi * 1.05], row=1, col=3)
+    fig.update_yaxes(title_text="estimate φ(q)·φ(k)", range=[lo, hi * 1.6], row=1, col=3)
 
 
 def performer_error_figure(curves: Mapping[str, Any], *, m: int | None = None, kind: str = "positive",
@@ -956,8 +999,9 @@ def performer_error_figure(curves: Mapping[str, Any], *, m: int | None = None, k
                    f"against the number of random features m, for positive and trigonometric features with "
                    f"orthogonal or iid projections; errors fall as m grows. m = {m} ({lab}) is marked, and a "
                    f"scatter compares its kernel estimates with the exact values.")
-    return _finish(fig, title=title or f"Performer random features: error vs m (chosen: m = {m}, {lab})",
-                   alt=text, height=height, margin={"b": 110})
+    _finish(fig, title=title or f"Performer random features: error vs m (chosen: m = {m}, {lab})",
+            alt=text, height=height)
+    return _arrange(fig, height=height, legend_rows=2)
 
 
 def performer_twin(curves: Mapping[str, Any], *, digits: int = SIG_DIGITS, height: int = 520) -> go.Figure:
@@ -980,16 +1024,16 @@ def performer_twin(curves: Mapping[str, Any], *, digits: int = SIG_DIGITS, heigh
                   for a, m in enumerate(ms)]
     labels = [_variant_label(kind, orth) for kind, orth in PERFORMER_VARIANTS]
     fig.update_layout(
-        sliders=[_slider(ms, [f"m={m}" for m in ms], prefix="random features m = ", active=a0, y=-0.42)],
+        sliders=[_slider(ms, [f"m={m}" for m in ms], prefix="random features m = ", active=a0)],
         updatemenus=[_dropdown(labels, [[{"visible": _visibility(groups, n_shared, g)}]
-                                        for g in range(len(labels))], x=0.1, y=1.12)],
-        margin={"t": 110, "b": 190})
-    _control_label(fig, "features:", x=0.095, y=1.12)
+                                        for g in range(len(labels))], label="features:")])
+    _control_label(fig, "features:")
     text = ("Interactive figure with a slider over the number of random features m and a menu of variants "
             "(positive or trigonometric features, orthogonal or iid projections). Log-log curves show the "
             "kernel and output errors falling with m; the chosen m is marked, and a scatter compares kernel "
             "estimates with exact values.")
-    return _finish(fig, title="Performer random features: error vs m", alt=text, height=height)
+    _finish(fig, title="Performer random features: error vs m", alt=text, height=height)
+    return _arrange(fig, height=height, legend_rows=2)
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -1056,12 +1100,12 @@ def _cost_traces(N: np.ndarray, T: np.ndarray, d: int, d_v: int, d_phi: int | No
                           legendgroup=name, showlegend=show,
                           hovertemplate="%{x:.3s}<br>%{y:.3s} " + unit + "<extra>" + name + "</extra>")
 
-    return [line(n, c["flops_quadratic"], "quadratic (N x N matrix)", quad, True, "FLOPs"),
+    return [line(n, c["flops_quadratic"], "quadratic (N×N scores)", quad, True, "FLOPs"),
             line(n, c["flops_linear"], "linear (state S, z)", lin, True, "FLOPs"),
-            line(n, c["bytes_quadratic"], "quadratic (N x N matrix)", quad, False, "bytes"),
+            line(n, c["bytes_quadratic"], "quadratic (N×N scores)", quad, False, "bytes"),
             line(n, c["bytes_linear"], "linear (state S, z)", lin, False, "bytes"),
-            line(t, mem["kv_cache"], "KV cache (softmax decoding)", {**quad, "dash": "dot"}, True, "bytes"),
-            line(t, mem["state"], "fixed state (linear decoding)", {**lin, "dash": "dot"}, True, "bytes")]
+            line(t, mem["kv_cache"], "KV cache (softmax)", {**quad, "dash": "dot"}, True, "bytes"),
+            line(t, mem["state"], "fixed state (linear)", {**lin, "dash": "dot"}, True, "bytes")]
 
 
 _COST_CELLS = [(1, 1), (1, 1), (1, 2), (1, 2), (1, 3), (1, 3)]
@@ -1096,22 +1140,20 @@ def _cost_canvas(measured: Sequence[Mapping[str, Any]] | None) -> tuple[go.Figur
         for tr in _measured_traces(measured):
             fig.add_trace(tr, row=2, col=1)
         return fig, len(fig.data)
-    return make_subplots(rows=1, cols=3, subplot_titles=titles, horizontal_spacing=0.08), 0
+    return make_subplots(rows=1, cols=3, subplot_titles=titles, horizontal_spacing=0.1), 0
 
 
 def _cost_axes(fig: go.Figure, has_measured: bool,
                yr: Mapping[str, tuple[float, float]] | None = None) -> None:
     for c, (xt, yt) in enumerate((("sequence length N (tokens)", "FLOPs"),
                                   ("sequence length N (tokens)", "bytes"),
-                                  ("context length (tokens so far)", "bytes kept (one head, one layer)")), 1):
+                                  ("context length (tokens so far)", "bytes kept")), 1):
         fig.update_xaxes(type="log", title_text=xt, row=1, col=c)
         fig.update_yaxes(type="log", title_text=yt, row=1, col=c, exponentformat="SI",
                          **({"range": yr[yt.split()[0]]} if yr else {}))
     if has_measured:
         fig.update_xaxes(type="log", title_text="sequence length N (tokens)", row=2, col=1)
         fig.update_yaxes(type="log", title_text="seconds", row=2, col=1)
-    fig.update_layout(legend={"orientation": "h", "x": 0, "y": -0.18 if not has_measured else -0.12,
-                              "yanchor": "top"})
 
 
 def cost_figure(*, d: int = 64, d_v: int | None = None, d_phi: int | None = None, itemsize: int = 4,
@@ -1139,8 +1181,10 @@ def cost_figure(*, d: int = 64, d_v: int | None = None, d_phi: int | None = None
                    f"N = {x:.0f}; and memory kept while decoding, where the KV cache grows with the context "
                    f"and the linear state stays constant." + (" A fourth panel shows measured times."
                                                               if measured else ""))
-    return _finish(fig, title=title or f"Cost of attention, quadratic vs linear (d = {d}, d_v = {d_v})",
-                   alt=text, height=height or (720 if measured else 460), margin={"b": 120})
+    h = height or (760 if measured else 500)
+    _finish(fig, title=title or f"Cost of attention, quadratic vs linear (d = {d}, d_v = {d_v})",
+            alt=text, height=h)
+    return _arrange(fig, height=h, legend_rows=2)
 
 
 def cost_twin(*, ds: Sequence[int] = (16, 32, 64, 128), d_vs: Sequence[int] = (16, 32, 64, 128),
@@ -1176,18 +1220,18 @@ def cost_twin(*, ds: Sequence[int] = (16, 32, 64, 128), d_vs: Sequence[int] = (1
                   for d in ds]
     fig.update_layout(
         sliders=[_slider(ds, [f"d={d}" for d in ds], prefix="key/query dim d = ", active=ds.index(d0),
-                         y=-0.32 if not measured else -0.2, length=0.5)],
+                         length=0.6)],
         updatemenus=[_dropdown([str(x) for x in d_vs], [[{"visible": _visibility(groups, n_shared, g)}]
                                                         for g in range(len(d_vs))],
-                               active=d_vs.index(d_v0), x=0.1, y=1.1)],
-        margin={"t": 110, "b": 200})
-    _control_label(fig, "value dim d_v:", x=0.095, y=1.1)
+                               active=d_vs.index(d_v0), label="value dim d_v:", buttons=True)])
+    _control_label(fig, "value dim d_v:")
     text = ("Interactive figure with a slider over d and a menu for d_v. Three log-log panels: FLOPs and "
             "bytes against sequence length (quadratic grows as N squared, linear as N) and memory kept while "
             "decoding (the KV cache grows with the context, the linear state stays constant)."
             + (" A fourth panel shows measured times." if measured else ""))
-    return _finish(fig, title="Cost of attention, quadratic vs linear (φ = elu+1, so d_phi = d)", alt=text,
-                   height=height or (760 if measured else 520))
+    h = height or (800 if measured else 560)
+    _finish(fig, title="Cost of attention, quadratic vs linear (φ = elu+1, so d_phi = d)", alt=text, height=h)
+    return _arrange(fig, height=h, legend_rows=2)
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -1256,8 +1300,8 @@ def chunk_diagram(N: int = 16, chunk_size: int = 4, *, title: str | None = None,
     text = alt or (f"{N} by {N} causal attention matrix split into chunks of {chunk_size}: diagonal blocks "
                    f"are computed by a masked product inside each chunk, entries left of them reach the "
                    f"queries through the state carried from earlier chunks, and the future is greyed out.")
-    return _finish(fig, title=title or _chunk_title(N, chunk_size), alt=text, height=height,
-                   margin={"t": 70}, title_font_size=14)
+    _finish(fig, title=title or _chunk_title(N, chunk_size), alt=text, height=height, title_font_size=14)
+    return _arrange(fig, height=height)
 
 
 def chunk_twin(N: int = 16, chunk_sizes: Sequence[int] = (1, 2, 3, 4, 5, 8, 16), *, c0: int = 4,
@@ -1270,9 +1314,10 @@ def chunk_twin(N: int = 16, chunk_sizes: Sequence[int] = (1, 2, 3, 4, 5, 8, 16),
     fig.frames = [go.Frame(name=f"C={c}", data=_chunk_traces(N, c), traces=[0, 1],
                            layout={"title": {"text": _chunk_title(N, c)}}) for c in sizes]
     fig.update_layout(sliders=[_slider(sizes, [f"C={c}" for c in sizes], prefix="chunk size C = ",
-                                       active=sizes.index(c0), y=-0.1)], margin={"b": 130})
+                                       active=sizes.index(c0))])
     text = (f"Interactive figure with a slider over the chunk size (values {', '.join(map(str, sizes))}). "
             f"The {N} by {N} causal attention matrix is coloured by who computes each entry: diagonal blocks "
             f"by a masked product inside each chunk, entries left of them through the carried state, the "
             f"future greyed out.")
-    return _finish(fig, title=_chunk_title(N, c0), alt=text, height=height)
+    _finish(fig, title=_chunk_title(N, c0), alt=text, height=height)
+    return _arrange(fig, height=height)
