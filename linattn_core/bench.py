@@ -198,21 +198,30 @@ def run(config: Config, *, device: Any = None, progress: bool | None = None,
     Keys: ``matmul_gflops``, ``meta`` (hardware and software), ``config``, ``results`` (one dict per
     :class:`~linattn_core.timing.Record`, without its ``meta``), ``targets``.
     """
+    import torch
+
     dev = T.pick_device(device)
-    meta = T.environment(dev, config.dtype)
-    say(f"linattn benchmark on {meta['device_description']}")
-    say(f"torch {meta['torch']}, Python {meta['python']}, {meta['platform']}, {config.dtype}, "
-        f"batch*heads={config.batch_heads}, d=d_v={config.d}, load average {meta['load_average_1min']}")
-    start = time.perf_counter()
-    rate = T.matmul_rate(dev, config.matmul_sizes, config.dtype, min_run_time=config.min_run_time)
-    matmul_gflops = rate / 1e9
-    sizes = " and ".join(f"{n}³" for n in config.matmul_sizes)
-    say(f"float32 matmul rate (best of {sizes} products): {matmul_gflops:.1f} GFLOP/s")
-    methods = T.standard_methods(chunk_size=config.chunk_size)
-    records = T.sweep(methods, config.lengths, d=config.d, d_v=config.d_v, batch_heads=config.batch_heads,
-                      dtype=config.dtype, device=dev, min_run_time=config.min_run_time,
-                      max_run_time=config.max_run_time, max_call_s=config.max_call_s,
-                      budget_s=config.budget_s, progress=progress, threads=config.threads)
+    threads_before = torch.get_num_threads()
+    if config.threads is not None:
+        torch.set_num_threads(config.threads)  # the yardstick and the sweep on the same threads
+    try:
+        meta = T.environment(dev, config.dtype)
+        say(f"linattn benchmark on {meta['device_description']}")
+        load = meta["load_average_1min"] or 0.0
+        say(f"torch {meta['torch']}, Python {meta['python']}, {meta['platform']}, {config.dtype}, "
+            f"batch*heads={config.batch_heads}, d=d_v={config.d}, load average {load:.1f}")
+        start = time.perf_counter()
+        rate = T.matmul_rate(dev, config.matmul_sizes, config.dtype, min_run_time=config.min_run_time)
+        matmul_gflops = rate / 1e9
+        sizes = " and ".join(f"{n}³" for n in config.matmul_sizes)
+        say(f"{config.dtype} matmul rate (best of {sizes} products): {matmul_gflops:.1f} GFLOP/s")
+        methods = T.standard_methods(chunk_size=config.chunk_size)
+        records = T.sweep(methods, config.lengths, d=config.d, d_v=config.d_v,
+                          batch_heads=config.batch_heads, dtype=config.dtype, device=dev,
+                          min_run_time=config.min_run_time, max_run_time=config.max_run_time,
+                          max_call_s=config.max_call_s, budget_s=config.budget_s, progress=progress)
+    finally:
+        torch.set_num_threads(threads_before)
     itemsize = 2 if config.dtype in ("float16", "bfloat16") else (8 if config.dtype == "float64" else 4)
     targets = evaluate_targets(records, matmul_gflops, lengths=config.lengths, itemsize=itemsize)
     say("")

@@ -198,7 +198,8 @@ def describe_device(device: Any = None) -> str:
         return f"cuda:{index}: {torch.cuda.get_device_name(index)} ({total / _GIB:.0f} GiB)"
     if dev.type == "mps":
         return f"mps: {device_name(dev)}"
-    return f"cpu: {cpu_name()} ({torch.get_num_threads()} threads)"
+    n = torch.get_num_threads()
+    return f"cpu: {cpu_name()} ({n} thread{'' if n == 1 else 's'})"
 
 
 def environment(device: Any = None, dtype: Any = None) -> dict[str, Any]:
