@@ -33,10 +33,32 @@ from plotly.subplots import make_subplots
 
 __all__ = [
     "BOOK_RENDERER",
+    "CHUNK_CATEGORIES",
+    "PERFORMER_VARIANTS",
     "SIG_DIGITS",
     "attention_heatmap",
+    "chunk_diagram",
+    "chunk_layout",
+    "chunk_twin",
+    "cost_figure",
+    "cost_model",
+    "cost_twin",
+    "decode_memory_model",
+    "feature_map_comparison",
+    "feature_map_comparison_data",
+    "feature_map_twin",
     "figure_html",
+    "figure_nbytes",
+    "is_book_build",
     "kernel_matrix_figure",
+    "matrix_vs_state_data",
+    "matrix_vs_state_figure",
+    "matrix_vs_state_twin",
+    "performer_error_curves",
+    "performer_error_figure",
+    "performer_twin",
+    "resolve_feature_map",
+    "seeded_qkv",
     "sig_round",
     "state_figure",
     "use_static_renderer",
@@ -496,8 +518,9 @@ def _features(phi: Any, q: np.ndarray, k: np.ndarray, causal: bool) -> tuple[np.
     return np.asarray(fq, dtype=np.float64), np.asarray(fk, dtype=np.float64)
 
 
-def _seeded_qkv(N: int, d: int, d_v: int, seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    # q, k: (N, d), v: (N, d_v); signed inputs (randn), float64
+def seeded_qkv(N: int, d: int, d_v: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Seeded standard-normal ``q, k: (N, d)`` and ``v: (N, d_v)`` in float64 (signed, as in the tests)."""
+    # q, k: (N, d), v: (N, d_v)
     for name, val in (("N", N), ("d", d), ("d_v", d_v)):
         if not isinstance(val, (int, np.integer)) or val < 1:
             raise ValueError(f"{name} must be a positive integer, got {val!r}")
@@ -881,7 +904,7 @@ def performer_error_curves(*, d: int = 16, N: int = 48, ms: Sequence[int] = (4, 
     ms = [int(m) for m in ms]
     if not ms or min(ms) < 1:
         raise ValueError(f"ms must be a non-empty list of positive feature counts, got {ms}")
-    q, k, v = _seeded_qkv(N, d, d, seed)
+    q, k, v = seeded_qkv(N, d, d, seed)
     q, k = q * input_scale, k * input_scale
     K = np.exp(q @ k.T / np.sqrt(d))  # (N, N)
     y = np.asarray(softmax_attention(q, k, v))

@@ -1,0 +1,250 @@
+"""Explorers: controls wired to the figure builders of :mod:`linattn_core.viz`, nothing more.
+
+Each explorer shows the right form for where it runs:
+
+- in a live kernel (JupyterLab, Colab): an :class:`Explorer`, an ipywidgets container of labelled
+  controls above a plotly ``FigureWidget``; moving a control calls a ``viz`` builder and copies the new
+  figure into the widget;
+- during the book build (``LINATTN_BOOK_BUILD`` set) or with ``static=True``: the builder's *static twin*,
+  one plotly figure whose own sliders and menus (frames, ``restyle``/``update`` of precomputed variants)
+  work on a static web page with no kernel behind it.
+
+All numbers come from ``viz`` (which calls the library); the callbacks here only pick a precomputed
+result and redraw. The five explorers the book calls, with no arguments:
+
+======================================  ===========================================================
+:func:`matrix_vs_state_explorer`        step t and feature map: kernel matrix row vs state S_t, z_t
+:func:`feature_map_explorer`            a feature map's attention beside softmax's, denominators
+:func:`performer_explorer`              random features m, orthogonal/iid, positive/trig: errors
+:func:`cost_explorer`                   d, d_v: FLOPs, bytes, KV cache vs fixed state
+:func:`chunk_explorer`                  chunk size: which entries a chunk computes, which the state
+======================================  ===========================================================
+"""
+
+from __future__ import annotations
+
+import html
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import ipywidgets as W
+import plotly.graph_objects as go
+
+from . import viz
+
+__all__ = [
+    "Explorer",
+    "chunk_explorer",
+    "cost_explorer",
+    "feature_map_explorer",
+    "matrix_vs_state_explorer",
+    "performer_explorer",
+]
+
+
+def _want_static(static: bool | None) -> bool:
+    """``static=None`` means: static during the book build, live otherwise."""
+    return viz.is_book_build() if static is None else bool(static)
+
+
+def _sync(target: go.FigureWidget, fig: go.Figure) -> None:
+    """Make ``target`` show ``fig``: update traces in place when their types match, else replace them."""
+    same = len(target.data) == len(fig.data) and all(
+        a.type == b.type for a, b in zip(target.data, fig.data, strict=True))
+    with target.batch_update():
+        if same:
+            for old, new in zip(target.data, fig.data, strict=True):
+                props = new.to_plotly_json()
+                props.pop("type", None)
+                props.pop("uid", None)
+                old.update(props, overwrite=True)
+        else:
+            target.data = []
+            target.add_traces(list(fig.data))
+        target.layout.update(fig.layout.to_plotly_json(), overwrite=True)
+
+
+def _enable_colab_widgets() -> None:
+    """Colab renders third-party widgets (plotly's FigureWidget) only with its custom widget manager."""
+    if "google.colab" in sys.modules:  # pragma: no cover - only on Colab
+        from google.colab import output  # type: ignore[import-not-found]
+
+        output.enable_custom_widget_manager()
+
+
+class Explorer(W.VBox):
+    """A live explorer: an ipywidgets VBox of labelled controls above a figure that follows them.
+
+    Attributes
+    ----------
+    controls : dict[str, ipywidgets.Widget]
+        The controls by name; setting ``controls[name].value`` redraws, as moving the control does.
+    figure : plotly.graph_objects.FigureWidget or None
+        The figure shown (``None`` in the ``ipywidgets.Output`` fallback used when plotly's FigureWidget
+        cannot be created, e.g. without anywidget).
+    last_figure : plotly.graph_objects.Figure
+        What the builder returned for the current control values.
+    """
+
+    def __init__(self, controls: Mapping[str, W.ValueWidget], render: Callable[..., go.Figure], *,
+                 description: str = "", extra: Sequence[W.Widget] = (), use_figure_widget: bool = True,
+                 **kwargs: Any) -> None:
+        self.controls = dict(controls)
+        self._render = render
+        self.last_figure = render(**self.values)
+        self.figure: go.FigureWidget | None = None
+        self._output: W.Output | None = None
+        if use_figure_widget:
+            try:
+                _enable_colab_widgets()
+                self.figure = go.FigureWidget(self.last_figure)
+            except Exception:  # any failure of the widget front end (no anywidget): plain output
+                self.figure = None
+        if self.figure is None:
+            self._output = W.Output()
+            with self._output:
+                self.last_figure.show()
+        for c in self.controls.values():
+            c.observe(self._on_change, names="value")
+        rows: list[W.Widget] = [W.HTML(f"<p>{html.escape(description)}</p>")] if description else []
+        rows += [W.HBox([*extra, *self.controls.values()], layout=W.Layout(flex_flow="row wrap")),
+                 self.figure if self.figure is not None else self._output]
+        super().__init__(children=rows, **kwargs)
+
+    @property
+    def values(self) -> dict[str, Any]:
+        """The current value of every control, by name (the builder's keyword arguments)."""
+        return {name: c.value for name, c in self.controls.items()}
+
+    def _on_change(self, _change: Any = None) -> None:
+        self.last_figure = self._render(**self.values)
+        if self.figure is not None:
+            _sync(self.figure, self.last_figure)
+        else:
+            self._output.clear_output(wait=True)
+            with self._output:
+                self.last_figure.show()
+
+
+def _style() -> dict:
+    return {"description_width": "initial"}
+
+
+# ----------------------------------------------------------------------------------------------------
+# 1. matrix view vs state view
+# ----------------------------------------------------------------------------------------------------
+def matrix_vs_state_explorer(N: int = 12, d: int = 4, d_v: int = 4,
+                             feature_maps: Sequence[Any] = ("elu+1", "relu", "softplus", "performer"),
+                             seed: int = 0, static: bool | None = None) -> Explorer | go.Figure:
+    """Step through causal linear attention: row t of the kernel matrix vs the state (S_t, z_t).
+
+    A slider over the step t and a choice of feature map. Left: the causal kernel matrix φ(Q)φ(K)ᵀ with
+    row t outlined and the future greyed; right: S_t and z_t; below: y_t from the normalised matrix row
+    and from the state, with their max abs difference. Inputs are seeded standard normal.
+    """
+    q, k, v = viz.seeded_qkv(N, d, d_v, seed)
+    datas = {}
+    for fm in feature_maps:
+        data = viz.matrix_vs_state_data(q, k, v, fm)
+        datas[data["label"]] = data
+    if _want_static(static):
+        return viz.matrix_vs_state_twin(datas)
+    labels = list(datas)
+    controls = {
+        "label": W.ToggleButtons(options=labels, value=labels[0], description="feature map φ:",
+                                 style=_style()),
+        "t": W.IntSlider(value=0, min=0, max=N - 1, description="step t:", continuous_update=True,
+                         style=_style()),
+    }
+    play = W.Play(value=0, min=0, max=N - 1, interval=800, description="play the steps",
+                  tooltip="play the steps")
+    W.link((play, "value"), (controls["t"], "value"))
+    return Explorer(controls, lambda label, t: viz.matrix_vs_state_figure(datas[label], t), extra=[play],
+                    description="Move the step t: the outlined row of the matrix and the state S_t, z_t "
+                                "give the same output y_t.")
+
+
+# ----------------------------------------------------------------------------------------------------
+# 2. feature maps against softmax
+# ----------------------------------------------------------------------------------------------------
+def feature_map_explorer(N: int = 16, d: int = 8, d_v: int = 8,
+                         feature_maps: Sequence[Any] = ("identity", "elu+1", "relu", "softplus", "performer",
+                                                        "cosformer"),
+                         seed: int = 1, static: bool | None = None) -> Explorer | go.Figure:
+    """Pick a feature map: its normalised attention beside softmax's for the same q, k, the difference,
+    and the distribution of the denominators φ(q_i)·Σ_j φ(k_j) (the identity map has some ≤ 0)."""
+    q, k, v = viz.seeded_qkv(N, d, d_v, seed)
+    data = viz.feature_map_comparison_data(q, k, v, feature_maps, seed=seed)
+    if _want_static(static):
+        return viz.feature_map_twin(data)
+    labels = list(data["maps"])
+    controls = {"label": W.ToggleButtons(options=labels, value=labels[0], description="feature map φ:",
+                                         style=_style())}
+    return Explorer(controls, lambda label: viz.feature_map_comparison(data, label),
+                    description="Choose a feature map and compare its attention with softmax's.")
+
+
+# ----------------------------------------------------------------------------------------------------
+# 3. Performer random features
+# ----------------------------------------------------------------------------------------------------
+def performer_explorer(d: int = 16, N: int = 48, ms: Sequence[int] = (4, 8, 16, 32, 64, 128, 256),
+                       n_seeds: int = 10, seed: int = 0, static: bool | None = None) -> Explorer | go.Figure:
+    """Number of random features m, orthogonal or iid projections, positive or trigonometric features:
+    the kernel-estimate error and the attention-output error against softmax (log-log), the chosen
+    setting marked, and its kernel estimates against the exact values."""
+    curves = viz.performer_error_curves(d=d, N=N, ms=ms, n_seeds=n_seeds, seed=seed)
+    if _want_static(static):
+        return viz.performer_twin(curves)
+    m_opts = [int(m) for m in curves["ms"]]
+    controls = {
+        "m": W.SelectionSlider(options=m_opts, value=m_opts[len(m_opts) // 2],
+                               description="random features m:",
+                               style=_style()),
+        "orthogonal": W.ToggleButtons(options=[("orthogonal", True), ("iid", False)], value=True,
+                                      description="projection:", style=_style()),
+        "kind": W.ToggleButtons(options=[("positive", "positive"), ("trigonometric", "trig")],
+                                value="positive",
+                                description="features:", style=_style()),
+    }
+    return Explorer(controls, lambda m, orthogonal, kind: viz.performer_error_figure(
+        curves, m=m, kind=kind, orthogonal=orthogonal),
+        description="Errors are medians over seeded draws of the random projection.")
+
+
+# ----------------------------------------------------------------------------------------------------
+# 4. cost
+# ----------------------------------------------------------------------------------------------------
+def cost_explorer(d: int = 64, d_v: int = 64, ds: Sequence[int] = (16, 32, 64, 128),
+                  d_vs: Sequence[int] = (16, 32, 64, 128), itemsize: int = 4,
+                  measured: Sequence[Mapping[str, Any]] | None = None,
+                  static: bool | None = None) -> Explorer | go.Figure:
+    """Quadratic vs linear attention as N grows (analytic FLOPs and bytes, log-log), measured times if
+    ``measured`` (records with ``N``, ``method``, ``median_s``) is given, and the memory kept while
+    decoding: a KV cache that grows with the context vs the fixed state. Controls: d and d_v."""
+    if _want_static(static):
+        return viz.cost_twin(ds=ds, d_vs=d_vs, d0=d, d_v0=d_v, itemsize=itemsize, measured=measured)
+    controls = {
+        "d": W.SelectionSlider(options=[int(x) for x in ds], value=d, description="key/query dim d:",
+                               style=_style()),
+        "d_v": W.ToggleButtons(options=[int(x) for x in d_vs], value=d_v, description="value dim d_v:",
+                               style=_style()),
+    }
+    return Explorer(controls,
+                    lambda d, d_v: viz.cost_figure(d=d, d_v=d_v, itemsize=itemsize, measured=measured),
+                    description="Analytic counts for one head in float32 (φ = elu+1, so d_phi = d).")
+
+
+# ----------------------------------------------------------------------------------------------------
+# 5. chunkwise-parallel form
+# ----------------------------------------------------------------------------------------------------
+def chunk_explorer(N: int = 16, chunk_size: int = 4, chunk_sizes: Sequence[int] = (1, 2, 3, 4, 5, 8, 16),
+                   static: bool | None = None) -> Explorer | go.Figure:
+    """Chunk size → which entries of the causal N x N matrix a chunk computes with its masked product
+    (diagonal blocks) and which reach its queries through the state carried from earlier chunks."""
+    if _want_static(static):
+        return viz.chunk_twin(N, chunk_sizes, c0=chunk_size)
+    controls = {"chunk_size": W.SelectionSlider(options=[int(c) for c in chunk_sizes], value=chunk_size,
+                                                description="chunk size C:", style=_style())}
+    return Explorer(controls, lambda chunk_size: viz.chunk_diagram(N, chunk_size),
+                    description="Chunk size 1 is the recurrent form; chunk size N is the quadratic form.")
