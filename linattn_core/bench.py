@@ -198,13 +198,8 @@ def run(config: Config, *, device: Any = None, progress: bool | None = None,
     Keys: ``matmul_gflops``, ``meta`` (hardware and software), ``config``, ``results`` (one dict per
     :class:`~linattn_core.timing.Record`, without its ``meta``), ``targets``.
     """
-    import torch
-
     dev = T.pick_device(device)
-    threads_before = torch.get_num_threads()
-    if config.threads is not None:
-        torch.set_num_threads(config.threads)  # the yardstick and the sweep on the same threads
-    try:
+    with T.num_threads(config.threads):  # the yardstick and the sweep on the same threads
         meta = T.environment(dev, config.dtype)
         say(f"linattn benchmark on {meta['device_description']}")
         load = meta["load_average_1min"] or 0.0
@@ -220,8 +215,6 @@ def run(config: Config, *, device: Any = None, progress: bool | None = None,
                           batch_heads=config.batch_heads, dtype=config.dtype, device=dev,
                           min_run_time=config.min_run_time, max_run_time=config.max_run_time,
                           max_call_s=config.max_call_s, budget_s=config.budget_s, progress=progress)
-    finally:
-        torch.set_num_threads(threads_before)
     itemsize = 2 if config.dtype in ("float16", "bfloat16") else (8 if config.dtype == "float64" else 4)
     targets = evaluate_targets(records, matmul_gflops, lengths=config.lengths, itemsize=itemsize)
     say("")

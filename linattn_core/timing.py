@@ -29,6 +29,7 @@ Glossary (code -> text)
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import math
 import os
@@ -37,7 +38,7 @@ import re
 import sys
 import time
 import tracemalloc
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
@@ -63,6 +64,8 @@ __all__ = [
     "matmul_rate",
     "measured_crossover",
     "memory_figure",
+    "model_figure",
+    "num_threads",
     "peak_memory",
     "pick_device",
     "predicted_bytes",
@@ -240,6 +243,25 @@ def _torch_dtype(dtype: Any) -> Any:
     if not isinstance(value, torch.dtype) or not value.is_floating_point:
         raise ValueError(f"dtype={dtype!r} is not a torch floating dtype (e.g. 'float32', 'float16')")
     return value
+
+
+@contextlib.contextmanager
+def num_threads(threads: int | None) -> Iterator[None]:
+    """Run a block with ``torch.set_num_threads(threads)``, restoring the previous number afterwards.
+
+    ``None`` leaves the setting alone. One thread gives steadier CPU timings on a machine shared with other
+    programs (threads that wait for each other turn every delay of one into a delay of all).
+    """
+    import torch
+
+    before = torch.get_num_threads()
+    if threads is not None:
+        _check_sizes(threads=threads)
+        torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -727,22 +749,16 @@ def sweep(methods: Sequence[Method], lengths: Iterable[int], *, d: int = 64, d_v
         raise ValueError("methods is empty: pass e.g. standard_methods()")
     if not 0 < memory_fraction <= 1:
         raise ValueError(f"memory_fraction={memory_fraction} must be in (0, 1]")
-    if threads is not None:
-        _check_sizes(threads=threads)
     dev = _torch_device(device)
     tdtype = _torch_dtype(dtype)
     itemsize = torch.empty((), dtype=tdtype).element_size()
-    threads_before = torch.get_num_threads()
-    if threads is not None:
-        torch.set_num_threads(threads)
-    meta = environment(dev, tdtype)
     records: list[Record] = []
     last: dict[str, tuple[int, float]] = {}  # label -> (N, seconds per call) of its last measurement
     over: dict[str, str] = {}  # label -> why its longer lengths are skipped
-    start = time.perf_counter()
-    bar = _progress(len(methods) * len(lengths), progress)
     gen = torch.Generator(device="cpu").manual_seed(seed)
-    try:
+    start = time.perf_counter()
+    with num_threads(threads), _progress(len(methods) * len(lengths), progress) as bar:
+        meta = environment(dev, tdtype)  # inside: it records the number of threads in use
         for N in lengths:
             shape_qk, shape_v = (batch_heads, N, d), (batch_heads, N, d_v)
             q, k, v = (torch.randn(s, generator=gen, dtype=torch.float32).to(device=dev, dtype=tdtype)
@@ -763,9 +779,6 @@ def sweep(methods: Sequence[Method], lengths: Iterable[int], *, d: int = 64, d_v
                 records.append(rec)
                 bar.update(1)
             del q, k, v
-    finally:
-        bar.close()
-        torch.set_num_threads(threads_before)
     return records
 
 
@@ -944,20 +957,27 @@ class CostModel:
                    bytes_moved(method, N, d, d_v, itemsize=itemsize, **counts) / self.byte_rate)
 
     def time_s(self, method: str, N: int, d: int, d_v: int, **counts: Any) -> float:
-        """The predicted time per call of ``method`` at length ``N``."""
-        eff = self.efficiency.get(method, 1.0)
-        return self.overhead_s.get(method, 0.0) + self.roofline_s(method, N, d, d_v, **counts) / eff
+        """The predicted time per call of ``method`` at length ``N``.
+
+        Efficiency and overhead are looked up under the method's label (``"sdpa (causal)"`` when
+        ``causal=True``), then under its name, then default to 1 and 0.
+        """
+        label = f"{method} (causal)" if counts.get("causal") else method
+        eff = self.efficiency.get(label, self.efficiency.get(method, 1.0))
+        overhead = self.overhead_s.get(label, self.overhead_s.get(method, 0.0))
+        return overhead + self.roofline_s(method, N, d, d_v, **counts) / eff
 
     def calibrate(self, records: Iterable[Record]) -> CostModel:
         """A copy whose ``efficiency`` and ``overhead_s`` fit the measured records (least squares per method).
 
-        For each method, ``time = overhead + roofline / efficiency`` is fitted to its measured lengths with
-        ``overhead >= 0``; methods measured at fewer than two lengths keep their defaults.
+        For each method label (``"chunked (causal)"``, ``"sdpa"``), ``time = overhead + roofline /
+        efficiency`` is fitted to its measured lengths with ``overhead >= 0``, relative errors weighted
+        alike; methods measured at fewer than two lengths keep their defaults.
         """
         records = [r for r in records if r.measured]
         eff, over = dict(self.efficiency), dict(self.overhead_s)
-        for name in sorted({r.method for r in records}):
-            pts = [r for r in records if r.method == name]
+        for label in sorted({r.label for r in records}):
+            pts = [r for r in records if r.label == label]
             if len({r.N for r in pts}) < 2:
                 continue
             x = np.array([self.roofline_s(r.method, r.N, r.d, r.d_v, causal=r.causal,
@@ -969,7 +989,7 @@ class CostModel:
             if icpt < 0 or slope <= 0:
                 icpt = 0.0
                 slope = float(np.sum(x * y * w**2) / np.sum((x * w) ** 2))
-            eff[name], over[name] = 1.0 / float(slope), float(icpt)
+            eff[label], over[label] = 1.0 / float(slope), float(icpt)
         return replace(self, efficiency=eff, overhead_s=over)
 
 
@@ -1090,3 +1110,38 @@ def memory_figure(records: Sequence[Record], *, title: str = "Peak extra memory 
     with_memory = [r for r in records if r.peak_bytes]
     return _line_figure(with_memory, lambda r: r.peak_bytes / 2**20,
                         y_title="peak extra memory (MiB, log scale)", title=title, hover="%{y:.3g} MiB")
+
+
+def model_figure(records: Sequence[Record], model: CostModel, methods: Sequence[tuple[str, bool]], *,
+                 n_range: tuple[int, int] | None = None,
+                 title: str = "Cost model (lines) against measurements (markers)") -> Any:
+    """The model's predicted time per call (lines) beside the measured medians (markers), log-log.
+
+    ``methods`` are ``(name, causal)`` pairs; the model is evaluated with the first matching record's
+    ``d``, ``d_v``, ``batch_heads`` and chunk size, over ``n_range`` (default: the measured lengths).
+    """
+    import plotly.graph_objects as go
+
+    from linattn_core.viz import OKABE_ITO
+
+    fig = go.Figure()
+    for i, (name, causal) in enumerate(methods):
+        pts = _select(records, name, causal)
+        if not pts:
+            raise ValueError(f"no measured record of method={name!r} with causal={causal}")
+        ref = pts[0]
+        lo, hi = n_range or (min(r.N for r in records), max(r.N for r in records))
+        grid = np.unique(np.rint(np.geomspace(lo, hi, 60)).astype(np.int64)).tolist()
+        counts = dict(causal=causal, chunk_size=ref.chunk_size or 64, batch_heads=ref.batch_heads)
+        colour = OKABE_ITO[i % len(OKABE_ITO)]
+        label = pts[0].label
+        fig.add_scatter(x=grid, y=[model.time_s(name, n, ref.d, ref.d_v, **counts) * 1e3 for n in grid],
+                        mode="lines", name=f"{label}: model", line=dict(color=colour, dash="dash"),
+                        hovertemplate=f"{label} model<br>N=%{{x}}<br>%{{y:.3g}} ms<extra></extra>")
+        fig.add_scatter(x=[r.N for r in pts], y=[r.median_s * 1e3 for r in pts], mode="markers",
+                        name=f"{label}: measured", marker=dict(color=colour, size=9),
+                        hovertemplate=f"{label} measured<br>N=%{{x}}<br>%{{y:.3g}} ms<extra></extra>")
+    fig.update_xaxes(type="log", title="sequence length N (tokens, log scale)")
+    fig.update_yaxes(type="log", title="time per call (ms, log scale)")
+    fig.update_layout(title=title, template="plotly_white", width=720, height=460, meta={"alt": title})
+    return fig

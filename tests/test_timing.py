@@ -233,15 +233,20 @@ def test_slopes_and_measured_crossover():
 
 def test_calibrate_recovers_efficiency_and_overhead():
     model = T.CostModel(flop_rate=1e10, byte_rate=1e9)
-    eff, overhead = 0.25, 2e-4
     lengths = [256, 1024, 4096, 16384]
-    recs = _synthetic("linear", False, lengths,
-                      lambda n: overhead + model.roofline_s("linear", n, 64, 64) / eff)
+    truth = {("linear", False): (0.25, 2e-4), ("chunked", True): (0.1, 1e-3)}
+    recs = []
+    for (name, causal), (eff, overhead) in truth.items():
+        recs += _synthetic(name, causal, lengths, lambda n, name=name, causal=causal, eff=eff, o=overhead:
+                           o + model.roofline_s(name, n, 64, 64, causal=causal) / eff)
     fitted = model.calibrate(recs)
-    assert_close(fitted.efficiency["linear"], eff, dtype="float64")
-    assert_close(fitted.overhead_s["linear"], overhead, dtype="float64")
-    expected = overhead + model.roofline_s("linear", 777, 64, 64) / eff
-    assert_close(fitted.time_s("linear", 777, 64, 64), expected, dtype="float64")
+    assert set(fitted.efficiency) == {"linear", "chunked (causal)"}  # keyed by label
+    for (name, causal), (eff, overhead) in truth.items():
+        label = f"{name} (causal)" if causal else name
+        assert_close(fitted.efficiency[label], eff, dtype="float64")
+        assert_close(fitted.overhead_s[label], overhead, dtype="float64")
+        expected = overhead + model.roofline_s(name, 777, 64, 64, causal=causal) / eff
+        assert_close(fitted.time_s(name, 777, 64, 64, causal=causal), expected, dtype="float64")
 
 
 # --- sweeps: guards, budgets, records ---------------------------------------------------------------
