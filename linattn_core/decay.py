@@ -1,0 +1,229 @@
+"""Decay and gating: a state that forgets, ``S_t = g_t S_{t-1} + phi(k_t) v_t^T``.
+
+With a constant ``g_t = gamma`` (RetNet's retention) or a gate per step computed from the data
+(Gated Linear Attention, Mamba-2's scalar gate), each earlier pair is down-weighted by the product
+of the gates it has lived through::
+
+    w_ij  = phi(q_i) . phi(k_j) * prod_{j < l <= i} g_l          (j <= i)
+    out_i = sum_j w_ij v_j / max(sum_j w_ij, eps)
+
+The normaliser decays with the state (``z_t = g_t z_{t-1} + phi(k_t)``); with ``normalize=False``
+the output is the numerator alone, as RetNet and GLA use it (they normalise afterwards).
+
+Three forms, like :mod:`linattn_core.linear`: the quadratic masked reference
+:func:`decayed_kernel_attention`, and :func:`decayed_linear_attention` with ``method="recurrent"``
+(the step loop) or ``"chunked"`` (masked ``C x C`` products inside a chunk, the decayed state carried
+across). Products of gates are kept as sums of ``log g`` so that long sequences neither underflow
+nor lose precision.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from . import _backend as B
+from .attention import normalise, warn_nonpositive
+from .feature_maps import as_feature_map
+
+__all__ = ["DECAY_METHODS", "decayed_kernel_attention", "decayed_linear_attention"]
+
+DECAY_METHODS = ("auto", "recurrent", "chunked")
+
+
+def _log_gates(decay: Any, q: Any, be: B.Backend) -> Any:
+    """``log g_t`` for every step as an array shaped like ``q[..., 0]``: ``(..., N)``.
+
+    ``decay`` is a number ``gamma`` in (0, 1] (the same at every step) or an array of gates with
+    shape ``q.shape[:-1]`` and values in (0, 1].
+    """
+    lead_n = tuple(int(s) for s in q.shape[:-1])
+    if isinstance(decay, (int, float, np.floating, np.integer)) and not isinstance(decay, bool):
+        gamma = float(decay)
+        if not (0.0 < gamma <= 1.0):
+            raise ValueError(f"decay must lie in (0, 1], got {decay!r}")
+        logs = np.full(lead_n, math.log(gamma))
+        return B.from_numpy(logs, be.to_compute(q[..., :1, :1]))
+    if not (B.is_torch(decay) or isinstance(decay, np.ndarray)):
+        raise TypeError(
+            f"decay must be a number in (0, 1] or an array of gates shaped {lead_n},"
+            f" got {type(decay).__name__}"
+        )
+    if B.is_torch(decay) != B.is_torch(q):
+        raise TypeError("decay and q must both be numpy arrays or both torch tensors")
+    if tuple(int(s) for s in decay.shape) != lead_n:
+        raise ValueError(
+            f"decay has shape {B.shape_str(decay)} but q has shape {B.shape_str(q)}:"
+            f" per-step gates need shape {lead_n} (one gate per token)"
+        )
+    gates = be.to_compute(decay)
+    xp = B.lib(gates)
+    bad = int((~xp.isfinite(gates) | (gates <= 0) | (gates > 1)).sum())
+    if bad:
+        raise ValueError(f"decay gates must lie in (0, 1]; {bad} of them do not")
+    return B.lib(gates).log(gates)
+
+
+def decayed_kernel_attention(
+    q: Any,
+    k: Any,
+    v: Any,
+    feature_map: Any = "elu+1",
+    *,
+    decay: Any = 0.9,
+    normalize: bool = True,
+    eps: float = 1e-6,
+    return_weights: bool = False,
+) -> Any:
+    """Causal kernel attention with a decaying state, in its direct quadratic form (the reference).
+
+    Parameters
+    ----------
+    q, k : array or tensor, shape (..., N, d)
+    v : array or tensor, shape (..., N, d_v)
+    feature_map : str, FeatureMap or callable
+    decay : float in (0, 1], or array of gates with shape (..., N) and values in (0, 1]
+        ``g_t``; ``1`` is plain causal linear attention.
+    normalize : bool
+        Divide by the decayed normaliser ``max(phi(q_i) . z_i, eps)`` (True) or return the numerator.
+    eps : float
+    return_weights : bool
+        Also return the implied ``(..., N, N)`` weights (normalised when ``normalize`` is True).
+
+    Returns
+    -------
+    out : shape (..., N, d_v), and the weights when asked for.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> rng = np.random.default_rng(0)
+    >>> q, k, v = rng.standard_normal((3, 10, 4))
+    >>> out, w = decayed_kernel_attention(q, k, v, decay=0.5, return_weights=True)
+    >>> bool(np.allclose(w.sum(-1), 1.0))
+    True
+    """
+    # q, k: (..., N, d), v: (..., N, d_v)
+    be = B.check_qkv(q, k, v, causal=True)
+    eps = B.check_eps(eps)
+    normalize = B.check_flag(normalize, "normalize")
+    B.check_flag(return_weights, "return_weights")
+    phi = as_feature_map(feature_map, int(q.shape[-1]))
+    log_g = _log_gates(decay, q, be)  # (..., N)
+    q, k, v = (be.to_compute(x) for x in (q, k, v))
+    phi_q, phi_k = phi.pair(q, k, causal=True)
+    b = B.cumsum(log_g, -1)  # b_i = sum_{l <= i} log g_l, so prod_{j < l <= i} g_l = exp(b_i - b_j)
+    mask = B.causal_mask(int(q.shape[-2]), q)
+    xp = B.lib(q)
+    gap = xp.where(mask, b[..., :, None] - b[..., None, :], -math.inf)  # -inf above the diagonal
+    A = (phi_q @ B.swap_last(phi_k)) * xp.exp(gap)  # (..., N, N)
+    if normalize:
+        den = B.total(A, -1)
+        warn_nonpositive(den, phi)
+        A = A / B.clamp_min(den, eps)[..., None]
+    out = be.to_output(A @ v)
+    return (out, be.to_output(A)) if return_weights else out
+
+
+def decayed_linear_attention(
+    q: Any,
+    k: Any,
+    v: Any,
+    feature_map: Any = "elu+1",
+    *,
+    decay: Any = 0.9,
+    normalize: bool = True,
+    eps: float = 1e-6,
+    method: str = "auto",
+    chunk_size: int = 64,
+    return_state: bool = False,
+) -> Any:
+    """Causal linear attention with a decaying state: the recurrence, or its chunkwise-parallel form.
+
+    Same arguments as :func:`decayed_kernel_attention`, plus ``method`` (``"recurrent"``,
+    ``"chunked"`` or ``"auto"``), ``chunk_size`` and ``return_state``: also return the final state
+    ``(S, z)`` with shapes ``(..., d_phi, d_v)`` and ``(..., d_phi)``. Never builds an ``N x N`` array.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> rng = np.random.default_rng(0)
+    >>> q, k, v = rng.standard_normal((3, 2, 50, 4))
+    >>> fast = decayed_linear_attention(q, k, v, decay=0.8, chunk_size=16)
+    >>> bool(np.allclose(fast, decayed_kernel_attention(q, k, v, decay=0.8)))
+    True
+    """
+    # q, k: (..., N, d), v: (..., N, d_v)
+    if method not in DECAY_METHODS:
+        raise ValueError(f"method must be one of {DECAY_METHODS}, got {method!r}")
+    chunk_size = B.check_positive_int(chunk_size, "chunk_size")
+    be = B.check_qkv(q, k, v, causal=True)
+    eps = B.check_eps(eps)
+    normalize = B.check_flag(normalize, "normalize")
+    B.check_flag(return_state, "return_state")
+    phi = as_feature_map(feature_map, int(q.shape[-1]))
+    log_g = _log_gates(decay, q, be)
+    q, k, v = (be.to_compute(x) for x in (q, k, v))
+    phi_q, phi_k = phi.pair(q, k, causal=True)
+    if method == "recurrent":
+        num, den, S, z = _recurrent(phi_q, phi_k, v, log_g)
+    else:
+        num, den, S, z = _chunked(phi_q, phi_k, v, log_g, chunk_size)
+    if normalize:
+        warn_nonpositive(den, phi)
+        out = normalise(num, den, eps)
+    else:
+        out = num
+    out = be.to_output(out)
+    return (out, (be.to_output(S), be.to_output(z))) if return_state else out
+
+
+def _recurrent(phi_q: Any, phi_k: Any, v: Any, log_g: Any) -> tuple[Any, Any, Any, Any]:
+    """The step loop: ``S_t = g_t S_{t-1} + phi(k_t) v_t^T``, ``z_t = g_t z_{t-1} + phi(k_t)``.
+
+    phi_q, phi_k: (..., N, f), v: (..., N, d_v), log_g: (..., N) -> num, den, S, z
+    """
+    f, d_v = int(phi_k.shape[-1]), int(v.shape[-1])
+    lead = tuple(phi_k.shape[:-2])
+    S, z = B.zeros(lead + (f, d_v), phi_k), B.zeros(lead + (f,), phi_k)
+    g = B.lib(log_g).exp(log_g)  # (..., N)
+    nums, dens = [], []
+    for t in range(int(phi_k.shape[-2])):
+        k_t, v_t, q_t, g_t = phi_k[..., t, :], v[..., t, :], phi_q[..., t, :], g[..., t]
+        S = g_t[..., None, None] * S + k_t[..., :, None] * v_t[..., None, :]
+        z = g_t[..., None] * z + k_t
+        nums.append((q_t[..., None, :] @ S)[..., 0, :])
+        dens.append(B.total(q_t * z, -1))
+    return B.stack(nums, -2), B.stack(dens, -1), S, z
+
+
+def _chunked(phi_q: Any, phi_k: Any, v: Any, log_g: Any, C: int) -> tuple[Any, Any, Any, Any]:
+    """Chunkwise parallel form with decay, one chunk of ``C`` tokens at a time.
+
+    Inside a chunk, with ``b_i`` the cumulative log-gate from the chunk's start::
+
+        num_i = sum_{j <= i in chunk} (q_i . k_j) e^{b_i - b_j} v_j  +  e^{b_i} q_i^T S
+        S    <- e^{b_last} S + sum_j e^{b_last - b_j} k_j v_j^T
+
+    Every exponent is <= 0, so nothing overflows however long the sequence.
+    """
+    xp = B.lib(phi_q)
+    n, f, d_v = int(phi_q.shape[-2]), int(phi_q.shape[-1]), int(v.shape[-1])
+    lead = tuple(phi_q.shape[:-2])
+    S, z = B.zeros(lead + (f, d_v), phi_k), B.zeros(lead + (f,), phi_k)
+    nums, dens = [], []
+    for s in range(0, n, C):
+        Q, K, V = phi_q[..., s : s + C, :], phi_k[..., s : s + C, :], v[..., s : s + C, :]
+        b = B.cumsum(log_g[..., s : s + C], -1)  # (..., c)
+        c = int(b.shape[-1])
+        gap = xp.where(B.causal_mask(c, Q), b[..., :, None] - b[..., None, :], -math.inf)
+        A = (Q @ B.swap_last(K)) * xp.exp(gap)  # (..., c, c): decayed scores inside the chunk
+        into = xp.exp(b)[..., None]  # (..., c, 1): decay from the chunk start to token i
+        nums.append(A @ V + into * (Q @ S))
+        dens.append(B.total(A, -1) + into[..., 0] * (Q @ z[..., None])[..., 0])
+        tail = xp.exp(b[..., -1:] - b)[..., :, None]  # (..., c, 1): decay from token j to the chunk end
+        S = xp.exp(b[..., -1])[..., None, None] * S + B.swap_last(K * tail) @ V
+        z = xp.exp(b[..., -1])[..., None] * z + B.total(K * tail, -2)
+    return B.concat(nums, -2), B.concat(dens, -1), S, z

@@ -1,0 +1,184 @@
+"""The delta rule: a state that corrects its own error instead of only adding to it.
+
+Plain linear attention writes ``S_t = S_{t-1} + phi(k_t) v_t^T``: an old value stored under a
+similar key is never removed, it only piles up. The delta rule (Schlag et al. 2021; DeltaNet, Yang
+et al. 2024) first reads what the state already predicts for ``k_t`` and writes only the correction::
+
+    S_t = S_{t-1} + beta_t phi(k_t) (v_t - S_{t-1}^T phi(k_t))^T,        y_t = S_t^T phi(q_t)
+
+With unit-norm features and ``beta_t = 1`` the write replaces the value stored under ``k_t``.
+Features are L2-normalised by default (``normalize_qk=True``), which keeps the update a contraction
+for ``0 <= beta_t <= 2``. There is no normaliser ``z``: the state is a fast-weight memory read by a
+product.
+
+Three forms, all exact:
+
+- ``"recurrent"``: the step loop above, the literal reference;
+- ``"quadratic"``: all at once. Writing ``S_t = sum_{j <= t} phi(k_j) u_j^T``, the corrections solve a
+  unit lower-triangular system ``(I + tril(diag(beta) K K^T, -1)) U = diag(beta) V`` (the UT/WY
+  representation), then ``Y = tril(Q K^T) U``: an ``N x N`` form like kernel attention's;
+- ``"chunked"``: the same solve inside chunks of ``C`` tokens, with the state carried between them
+  (``U_c = T_c^{-1} diag(beta_c) (V_c - K_c S)``, ``Y_c = Q_c S + tril(Q_c K_c^T) U_c``,
+  ``S <- S + K_c^T U_c``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from . import _backend as B
+from .feature_maps import as_feature_map
+
+__all__ = ["DELTA_METHODS", "delta_rule_attention"]
+
+DELTA_METHODS = ("auto", "recurrent", "quadratic", "chunked")
+
+
+def _betas(beta: Any, q: Any, be: B.Backend) -> Any:
+    """Write strengths ``beta_t`` as an array shaped ``(..., N)``; a number is used at every step."""
+    lead_n = tuple(int(s) for s in q.shape[:-1])
+    if isinstance(beta, (int, float, np.floating, np.integer)) and not isinstance(beta, bool):
+        if not (0.0 <= float(beta) <= 2.0):
+            raise ValueError(f"beta must lie in [0, 2], got {beta!r}")
+        return B.from_numpy(np.full(lead_n, float(beta)), be.to_compute(q[..., :1, :1]))
+    if not (B.is_torch(beta) or isinstance(beta, np.ndarray)) or B.is_torch(beta) != B.is_torch(q):
+        raise TypeError(
+            f"beta must be a number in [0, 2] or an array like q of shape {lead_n}, got {type(beta).__name__}"
+        )
+    if tuple(int(s) for s in beta.shape) != lead_n:
+        raise ValueError(
+            f"beta has shape {B.shape_str(beta)} but q has shape {B.shape_str(q)}:"
+            f" per-step write strengths need shape {lead_n}"
+        )
+    beta = be.to_compute(beta)
+    xp = B.lib(beta)
+    bad = int((~xp.isfinite(beta) | (beta < 0) | (beta > 2)).sum())
+    if bad:
+        raise ValueError(f"beta must lie in [0, 2]; {bad} of its entries do not")
+    return beta
+
+
+def _unit_rows(x: Any) -> Any:
+    """``x / ||x||`` along the last dim (a zero row stays zero)."""
+    norm = B.total(x * x, -1, keepdims=True)
+    return x / B.lib(x).sqrt(B.clamp_min(norm, 1e-12))
+
+
+def delta_rule_attention(
+    q: Any,
+    k: Any,
+    v: Any,
+    beta: Any = 1.0,
+    feature_map: Any = "identity",
+    *,
+    normalize_qk: bool = True,
+    method: str = "auto",
+    chunk_size: int = 64,
+    return_state: bool = False,
+) -> Any:
+    """Causal attention whose state is updated by the delta rule.
+
+    Parameters
+    ----------
+    q, k : array or tensor, shape (..., N, d)
+    v : array or tensor, shape (..., N, d_v)
+    beta : float in [0, 2], or array of shape (..., N)
+        The write strength ``beta_t`` of each token (1: overwrite the value stored under ``k_t``).
+    feature_map : str, FeatureMap or callable
+        ``phi``, applied before the L2 normalisation (default: the identity, as in DeltaNet).
+    normalize_qk : bool
+        Scale ``phi(q_t)`` and ``phi(k_t)`` to unit length (True keeps the update stable).
+    method : {"auto", "recurrent", "quadratic", "chunked"}
+    chunk_size : int
+    return_state : bool
+        Also return the final state ``S`` of shape ``(..., d_phi, d_v)``.
+
+    Returns
+    -------
+    y : shape (..., N, d_v), ``y_t = S_t^T phi(q_t)``; and ``S`` when asked for.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> rng = np.random.default_rng(0)
+    >>> q, k, v = rng.standard_normal((3, 2, 40, 8))
+    >>> y = delta_rule_attention(q, k, v, beta=0.5, method="chunked", chunk_size=16)
+    >>> bool(np.allclose(y, delta_rule_attention(q, k, v, beta=0.5, method="recurrent")))
+    True
+    """
+    # q, k: (..., N, d), v: (..., N, d_v)
+    if method not in DELTA_METHODS:
+        raise ValueError(f"method must be one of {DELTA_METHODS}, got {method!r}")
+    chunk_size = B.check_positive_int(chunk_size, "chunk_size")
+    be = B.check_qkv(q, k, v, causal=True)
+    normalize_qk = B.check_flag(normalize_qk, "normalize_qk")
+    B.check_flag(return_state, "return_state")
+    phi = as_feature_map(feature_map, int(q.shape[-1]))
+    beta = _betas(beta, q, be)  # (..., N)
+    q, k, v = (be.to_compute(x) for x in (q, k, v))
+    phi_q, phi_k = phi.pair(q, k, causal=True)  # (..., N, f)
+    if normalize_qk:
+        phi_q, phi_k = _unit_rows(phi_q), _unit_rows(phi_k)
+    if method == "recurrent":
+        y, S = _recurrent(phi_q, phi_k, v, beta)
+    elif method == "quadratic":
+        y, S = _quadratic(phi_q, phi_k, v, beta)
+    else:
+        y, S = _chunked(phi_q, phi_k, v, beta, chunk_size)
+    y = be.to_output(y)
+    return (y, be.to_output(S)) if return_state else y
+
+
+def _recurrent(Q: Any, K: Any, V: Any, beta: Any) -> tuple[Any, Any]:
+    """The literal recurrence. Q, K: (..., N, f), V: (..., N, d_v), beta: (..., N)."""
+    lead, f, d_v = tuple(K.shape[:-2]), int(K.shape[-1]), int(V.shape[-1])
+    S = B.zeros(lead + (f, d_v), K)  # (..., f, d_v)
+    ys = []
+    for t in range(int(K.shape[-2])):
+        k_t, v_t, q_t = K[..., t, :], V[..., t, :], Q[..., t, :]
+        predicted = (k_t[..., None, :] @ S)[..., 0, :]  # S_{t-1}^T phi(k_t): what the memory recalls
+        S = S + beta[..., t, None, None] * k_t[..., :, None] * (v_t - predicted)[..., None, :]
+        ys.append((q_t[..., None, :] @ S)[..., 0, :])
+    return B.stack(ys, -2), S
+
+
+def _solve_unit_lower(T: Any, rhs: Any) -> Any:
+    """Solve ``T X = rhs`` for a unit lower-triangular ``T: (..., c, c)``."""
+    if B.is_torch(T):
+        return B.torch_module().linalg.solve_triangular(T, rhs, upper=False, unitriangular=True)
+    return np.linalg.solve(T, rhs)
+
+
+def _corrections(K: Any, rhs: Any, beta: Any) -> Any:
+    """``U = (I + tril(diag(beta) K K^T, -1))^{-1} diag(beta) rhs``: the value each token writes.
+
+    K: (..., c, f), rhs: (..., c, d_v), beta: (..., c) -> U: (..., c, d_v)
+    """
+    c = int(K.shape[-2])
+    strict = B.causal_mask(c, K) & ~B.swap_last(B.causal_mask(c, K))  # j < i: earlier tokens only
+    KK = B.lib(K).where(strict, beta[..., :, None] * (K @ B.swap_last(K)), 0.0)
+    eye = B.from_numpy(np.eye(c), K)
+    return _solve_unit_lower(eye + KK, beta[..., :, None] * rhs)
+
+
+def _quadratic(Q: Any, K: Any, V: Any, beta: Any) -> tuple[Any, Any]:
+    """All tokens at once (``N x N``): ``U`` from one triangular solve, ``Y = tril(Q K^T) U``."""
+    U = _corrections(K, V, beta)
+    A = B.lib(Q).where(B.causal_mask(int(Q.shape[-2]), Q), Q @ B.swap_last(K), 0.0)
+    return A @ U, B.swap_last(K) @ U
+
+
+def _chunked(Q: Any, K: Any, V: Any, beta: Any, C: int) -> tuple[Any, Any]:
+    """Chunks of ``C`` tokens: a ``C x C`` solve each, the state ``S`` carried between them."""
+    lead, n, f, d_v = tuple(K.shape[:-2]), int(K.shape[-2]), int(K.shape[-1]), int(V.shape[-1])
+    S = B.zeros(lead + (f, d_v), K)
+    ys = []
+    for s in range(0, n, C):
+        Qc, Kc, Vc = Q[..., s : s + C, :], K[..., s : s + C, :], V[..., s : s + C, :]
+        U = _corrections(Kc, Vc - Kc @ S, beta[..., s : s + C])  # corrections against the carried S
+        A = B.lib(Qc).where(B.causal_mask(int(Qc.shape[-2]), Qc), Qc @ B.swap_last(Kc), 0.0)
+        ys.append(Qc @ S + A @ U)
+        S = S + B.swap_last(Kc) @ U
+    return B.concat(ys, -2), S
