@@ -1,0 +1,61 @@
+"""linattn_core: kernel-based linear attention, small and tested.
+
+The same functions take numpy arrays or torch tensors (CPU or CUDA) and return the input's type,
+dtype and device. Importing the package imports neither torch nor plotly.
+
+>>> import numpy as np
+>>> import linattn_core as la
+>>> q, k, v = np.random.default_rng(0).standard_normal((3, 2, 16, 8))
+>>> y = la.linear_attention(q, k, v, "elu+1", causal=True)
+>>> bool(np.allclose(y, la.kernel_attention(q, k, v, "elu+1", causal=True)))
+True
+"""
+
+from .attention import kernel_attention, softmax_attention
+from .feature_maps import (
+    FEATURE_MAPS,
+    CallableFeatureMap,
+    CosFormer,
+    EluPlusOne,
+    FeatureMap,
+    Identity,
+    Performer,
+    ReLU,
+    Softplus,
+    get_feature_map,
+)
+from .linear import METHODS, linear_attention
+from .streaming import KVCache, LinearAttentionState
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "FEATURE_MAPS",
+    "METHODS",
+    "CallableFeatureMap",
+    "CosFormer",
+    "EluPlusOne",
+    "FeatureMap",
+    "Identity",
+    "KVCache",
+    "LinearAttentionState",
+    "Performer",
+    "ReLU",
+    "Softplus",
+    "__version__",
+    "get_feature_map",
+    "kernel_attention",
+    "linear_attention",
+    "softmax_attention",
+]
+
+import os as _os
+
+if _os.environ.get("LINATTN_BOOK_BUILD"):
+    try:
+        from . import viz as _viz  # book build: site-wide plotly.js renderer, no CDN
+    except ModuleNotFoundError as _err:  # viz not written yet: keep plotly's default renderer
+        if _err.name != f"{__name__}.viz":
+            raise
+    else:
+        _viz.use_static_renderer()

@@ -1,0 +1,356 @@
+"""Streaming decoding: a fixed-size linear-attention state versus a growing softmax KV cache.
+
+Both answer one query per step after adding the current key/value pair (causal: ``y_0 = v_0``).
+
+- :class:`LinearAttentionState` keeps ``S = sum_j phi(k_j) v_j^T`` and ``z = sum_j phi(k_j)``:
+  ``d_phi x (d_v + 1)`` numbers, whatever the number of tokens seen.
+- :class:`KVCache` keeps every key and value: memory grows linearly with ``t``.
+
+Stepping through a sequence gives the same outputs as the causal :func:`linear_attention` and
+:func:`softmax_attention` of the whole sequence.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from . import _backend as B
+from .attention import warn_nonpositive
+from .feature_maps import CosFormer, Performer, as_feature_map
+
+__all__ = ["KVCache", "LinearAttentionState"]
+
+
+def _prototype(dtype: Any, like: Any) -> Any:
+    """An empty array that carries the backend, compute dtype and device of a new state."""
+    if like is not None:
+        be = B.backend_of(like, names=("like",))
+        if be.is_torch:
+            return like.new_empty((0,), dtype=be.compute_dtype)
+        return np.empty((0,), dtype=be.compute_dtype)
+    torch = B.torch_module()
+    if torch is not None and isinstance(dtype, torch.dtype):
+        return _prototype(None, torch.empty(0, dtype=dtype))
+    try:
+        np_dtype = np.dtype(dtype)
+    except TypeError:
+        raise TypeError(f"dtype must be a numpy or torch floating dtype, got {dtype!r}") from None
+    return _prototype(None, np.empty(0, dtype=np_dtype))
+
+
+def _check_batch_shape(batch_shape: Any) -> tuple[int, ...]:
+    try:
+        shape = tuple(int(s) for s in batch_shape)
+    except TypeError:
+        raise ValueError(f"batch_shape must be a tuple of ints, got {batch_shape!r}") from None
+    if any(s < 1 for s in shape):
+        raise ValueError(f"batch_shape must hold positive sizes, got {shape}")
+    return shape
+
+
+def _token(x: Any, name: str, shape: tuple[int, ...], proto: Any, cls: str) -> Any:
+    """Check one token ``x: (*batch_shape, n)`` against the state; cast it to the state dtype."""
+    be = B.backend_of(x, names=(name,))
+    if be.is_torch != B.is_torch(proto):
+        kind = "torch" if B.is_torch(proto) else "numpy"
+        raise TypeError(f"{name} is a {type(x).__name__} but this {cls} holds {kind} arrays")
+    if tuple(int(s) for s in x.shape) != shape:
+        raise ValueError(
+            f"{name} has shape {B.shape_str(x)} but this {cls} expects {shape} (*batch_shape, dim)"
+        )
+    if be.is_torch:
+        return x.to(dtype=proto.dtype, device=proto.device)
+    return x.astype(proto.dtype, copy=False)
+
+
+def _nbytes(*arrays: Any) -> int:
+    return sum(int(math.prod(a.shape)) * (a.element_size() if B.is_torch(a) else a.itemsize) for a in arrays)
+
+
+class LinearAttentionState:
+    """The fixed-size state of causal linear attention: ``S: (*batch_shape, d_phi, d_v)``, ``z``.
+
+    Parameters
+    ----------
+    d, d_v : int
+        Key/query and value dimensions.
+    feature_map : str, FeatureMap or callable
+        ``phi``, as in :func:`linear_attention`. cosFormer needs ``max_len`` here.
+    batch_shape : tuple of int
+        Leading dims of every token, e.g. ``(batch, heads)``.
+    eps : float
+        Denominators are clamped to at least ``eps``.
+    dtype : numpy or torch dtype
+        Of the state (float64 by default). float16/bfloat16 states are kept in float32.
+    like : array or tensor, optional
+        Put the state on this array's backend, dtype and device instead.
+
+    Attributes
+    ----------
+    S : (*batch_shape, d_phi, d_v)
+        ``sum_j phi(k_j) v_j^T`` (zeros until the first update).
+    z : (*batch_shape, d_phi)
+        ``sum_j phi(k_j)``.
+    t : int
+        Tokens added so far.
+
+    Notes
+    -----
+    The stabilised Performer shifts each key's exponent by the running maximum of the key
+    exponents, and rescales ``S`` and ``z`` whenever that maximum grows (as online softmax does),
+    exactly the per-query constant the causal :func:`linear_attention` uses; so the outputs agree.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from linattn_core import LinearAttentionState, linear_attention
+    >>> rng = np.random.default_rng(0)
+    >>> q, k, v = rng.standard_normal((3, 10, 4))
+    >>> state = LinearAttentionState(4, 4)
+    >>> ys = np.stack([state.step(q[t], k[t], v[t]) for t in range(10)])
+    >>> bool(np.allclose(ys, linear_attention(q, k, v, causal=True))), state.S.shape
+    (True, (4, 4))
+    """
+
+    def __init__(
+        self,
+        d: int,
+        d_v: int,
+        feature_map: Any = "elu+1",
+        *,
+        batch_shape: tuple[int, ...] = (),
+        eps: float = 1e-6,
+        dtype: Any = np.float64,
+        like: Any = None,
+    ) -> None:
+        self.d = B.check_positive_int(d, "d")
+        self.d_v = B.check_positive_int(d_v, "d_v")
+        self.batch_shape = _check_batch_shape(batch_shape)
+        self.eps = B.check_eps(eps)
+        self.phi = as_feature_map(feature_map, self.d)
+        if isinstance(self.phi, CosFormer) and self.phi.max_len is None:
+            raise ValueError(
+                "streaming with the cosformer feature map needs its max_len (M), e.g."
+                " get_feature_map('cosformer', max_len=1024): positions are unknown in advance"
+            )
+        self._proto = _prototype(dtype, like)
+        self._out_dtype = like.dtype if like is not None else self._proto.dtype
+        self.d_phi = self._feature_dim()
+        self.reset()
+
+    def _feature_dim(self) -> int:
+        if self.phi.d_phi is not None or not hasattr(self.phi, "fn"):
+            return self.phi.output_dim(self.d)
+        probe = B.zeros((1, self.d), self._proto)  # a plain callable: ask it
+        return int(self.phi(probe).shape[-1])
+
+    @property
+    def _stabilised_performer(self) -> bool:
+        return isinstance(self.phi, Performer) and self.phi.stabilize
+
+    def reset(self) -> None:
+        """Forget every token: ``S = 0``, ``z = 0``, ``t = 0``."""
+        self.S = B.zeros(self.batch_shape + (self.d_phi, self.d_v), self._proto)
+        self.z = B.zeros(self.batch_shape + (self.d_phi,), self._proto)
+        self.t = 0
+        # running maximum of the key exponents (stabilised Performer only), -inf before any key
+        self._r = B.zeros(self.batch_shape, self._proto) - math.inf
+
+    def _key_features(self, k: Any) -> Any:
+        # k: (*batch, d) -> phi(k): (*batch, d_phi); may rescale S, z (stabilised Performer)
+        x = k[..., None, :]  # (*batch, 1, d): feature maps take (..., N, d)
+        if isinstance(self.phi, CosFormer):
+            return self.phi.features(x, offset=self.t)[..., 0, :]
+        if not self._stabilised_performer:
+            return self.phi(x)[..., 0, :]
+        base, logits = self.phi._parts(x)  # logits: (*batch, 1, m) or (*batch, 1, 1)
+        c = B.amax(logits, (-2, -1), keepdims=False)  # (*batch,)
+        c = c.detach() if B.is_torch(c) else c
+        r_new = B.lib(c).maximum(self._r, c)
+        rescale = B.lib(c).exp(self._r - r_new)  # <= 1: the old state in the new units
+        self.S = self.S * rescale[..., None, None]
+        self.z = self.z * rescale[..., None]
+        self._r = r_new
+        return (base * B.lib(c).exp(logits - r_new[..., None, None]))[..., 0, :]
+
+    def _query_features(self, q: Any) -> Any:
+        # q: (*batch, d) -> phi(q): (*batch, d_phi)
+        x = q[..., None, :]
+        if isinstance(self.phi, CosFormer):
+            return self.phi.features(x, offset=max(self.t - 1, 0))[..., 0, :]
+        if isinstance(self.phi, Performer):
+            return self.phi.queries(x)[..., 0, :]
+        return self.phi(x)[..., 0, :]
+
+    def update(self, k_t: Any, v_t: Any) -> None:
+        """Add one key/value pair: ``S += phi(k_t) v_t^T``, ``z += phi(k_t)``.
+
+        k_t: (*batch_shape, d), v_t: (*batch_shape, d_v)
+        """
+        k_t = _token(k_t, "k_t", self.batch_shape + (self.d,), self._proto, "LinearAttentionState")
+        v_t = _token(v_t, "v_t", self.batch_shape + (self.d_v,), self._proto, "LinearAttentionState")
+        f = self._key_features(k_t)  # (*batch, d_phi)
+        self.S = self.S + f[..., :, None] * v_t[..., None, :]
+        self.z = self.z + f
+        self.t += 1
+
+    def query(self, q_t: Any) -> Any:
+        """Answer one query from the state: ``phi(q_t)^T S / max(phi(q_t) . z, eps)``.
+
+        q_t: (*batch_shape, d) -> (*batch_shape, d_v)
+        """
+        q_t = _token(q_t, "q_t", self.batch_shape + (self.d,), self._proto, "LinearAttentionState")
+        f = self._query_features(q_t)  # (*batch, d_phi)
+        num = (f[..., None, :] @ self.S)[..., 0, :]  # (*batch, d_v)
+        den = B.total(f * self.z, -1)  # (*batch,)
+        warn_nonpositive(den, self.phi)
+        return self._out(num / B.clamp_min(den, self.eps)[..., None])
+
+    def step(self, q_t: Any, k_t: Any, v_t: Any) -> Any:
+        """``update(k_t, v_t)`` then ``query(q_t)``: one step of causal decoding."""
+        self.update(k_t, v_t)
+        return self.query(q_t)
+
+    def _out(self, y: Any) -> Any:
+        if B.is_torch(y):
+            return y.to(self._out_dtype)
+        return y.astype(self._out_dtype, copy=False)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes held by the state (``S`` and ``z``): constant in ``t``."""
+        return _nbytes(self.S, self.z)
+
+    def __repr__(self) -> str:
+        return (
+            f"LinearAttentionState(d={self.d}, d_v={self.d_v}, d_phi={self.d_phi}, phi={self.phi!r},"
+            f" batch_shape={self.batch_shape}, t={self.t}, nbytes={self.nbytes})"
+        )
+
+
+class KVCache:
+    """The softmax counterpart: keep every key and value, attend over all of them.
+
+    Parameters
+    ----------
+    d, d_v : int
+        Key/query and value dimensions.
+    batch_shape : tuple of int
+        Leading dims of every token.
+    scale : float, optional
+        Score scale, ``1 / sqrt(d)`` by default.
+    dtype, like
+        As for :class:`LinearAttentionState`.
+
+    Notes
+    -----
+    Storage grows by doubling (amortised O(1) per token, no re-concatenation every step);
+    :attr:`nbytes` counts the bytes of the keys and values stored so far, ``t (d + d_v)`` numbers per
+    batch entry. The buffers are written in place: use it for inference, not under autograd.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from linattn_core import KVCache, softmax_attention
+    >>> rng = np.random.default_rng(0)
+    >>> q, k, v = rng.standard_normal((3, 10, 4))
+    >>> cache = KVCache(4, 4)
+    >>> ys = np.stack([cache.step(q[t], k[t], v[t]) for t in range(10)])
+    >>> bool(np.allclose(ys, softmax_attention(q, k, v, causal=True))), cache.nbytes
+    (True, 640)
+    """
+
+    def __init__(
+        self,
+        d: int,
+        d_v: int,
+        *,
+        batch_shape: tuple[int, ...] = (),
+        scale: float | None = None,
+        dtype: Any = np.float64,
+        like: Any = None,
+    ) -> None:
+        self.d = B.check_positive_int(d, "d")
+        self.d_v = B.check_positive_int(d_v, "d_v")
+        self.batch_shape = _check_batch_shape(batch_shape)
+        if scale is None:
+            scale = 1.0 / math.sqrt(self.d)
+        if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not math.isfinite(scale):
+            raise ValueError(f"scale must be a finite number or None, got {scale!r}")
+        self.scale = float(scale)
+        self._proto = _prototype(dtype, like)
+        self._out_dtype = like.dtype if like is not None else self._proto.dtype
+        self.reset()
+
+    def reset(self) -> None:
+        """Drop every stored key and value."""
+        self._K = B.zeros(self.batch_shape + (0, self.d), self._proto)
+        self._V = B.zeros(self.batch_shape + (0, self.d_v), self._proto)
+        self.t = 0
+
+    @property
+    def keys(self) -> Any:
+        """The stored keys, ``(*batch_shape, t, d)`` (a view)."""
+        return self._K[..., : self.t, :]
+
+    @property
+    def values(self) -> Any:
+        """The stored values, ``(*batch_shape, t, d_v)`` (a view)."""
+        return self._V[..., : self.t, :]
+
+    def _grow(self) -> None:
+        # double the capacity: copies O(t) numbers once every t steps, amortised O(1) per token
+        cap = max(16, 2 * int(self._K.shape[-2]))
+        K = B.zeros(self.batch_shape + (cap, self.d), self._proto)
+        V = B.zeros(self.batch_shape + (cap, self.d_v), self._proto)
+        K[..., : self.t, :] = self.keys
+        V[..., : self.t, :] = self.values
+        self._K, self._V = K, V
+
+    def append(self, k_t: Any, v_t: Any) -> None:
+        """Store one key/value pair. k_t: (*batch_shape, d), v_t: (*batch_shape, d_v)."""
+        k_t = _token(k_t, "k_t", self.batch_shape + (self.d,), self._proto, "KVCache")
+        v_t = _token(v_t, "v_t", self.batch_shape + (self.d_v,), self._proto, "KVCache")
+        if self.t == int(self._K.shape[-2]):
+            self._grow()
+        self._K[..., self.t, :] = k_t
+        self._V[..., self.t, :] = v_t
+        self.t += 1
+
+    def attend(self, q_t: Any) -> Any:
+        """Softmax attention of one query over every stored key.
+
+        q_t: (*batch_shape, d) -> (*batch_shape, d_v)
+        """
+        q_t = _token(q_t, "q_t", self.batch_shape + (self.d,), self._proto, "KVCache")
+        if self.t == 0:
+            raise ValueError("KVCache.attend: the cache is empty; append a key/value pair first")
+        scores = (self.keys @ q_t[..., :, None])[..., 0] * self.scale  # (*batch, t)
+        w = B.lib(scores).exp(scores - B.amax(scores, -1))  # max-shifted, as in softmax_attention
+        w = w / B.total(w, -1, keepdims=True)
+        y = (w[..., None, :] @ self.values)[..., 0, :]  # (*batch, d_v)
+        return y.to(self._out_dtype) if B.is_torch(y) else y.astype(self._out_dtype, copy=False)
+
+    def step(self, q_t: Any, k_t: Any, v_t: Any) -> Any:
+        """``append(k_t, v_t)`` then ``attend(q_t)``."""
+        self.append(k_t, v_t)
+        return self.attend(q_t)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the keys and values stored so far: grows linearly with ``t``."""
+        return _nbytes(self.keys, self.values)
+
+    @property
+    def capacity_nbytes(self) -> int:
+        """Bytes allocated (at most twice :attr:`nbytes` once the cache holds 16 tokens)."""
+        return _nbytes(self._K, self._V)
+
+    def __repr__(self) -> str:
+        return (
+            f"KVCache(d={self.d}, d_v={self.d_v}, batch_shape={self.batch_shape}, t={self.t},"
+            f" nbytes={self.nbytes})"
+        )
