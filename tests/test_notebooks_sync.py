@@ -257,3 +257,82 @@ def test_book_index_reads_titles_labels_and_citations():
     if sync.BIB.exists():
         who, url = index.citations["katharopoulos2020transformers"]
         assert who == "Katharopoulos et al., 2020" and url.startswith("https://")
+
+
+# --------------------------------------------------------------------------------------------------
+# book/_ext/colab_links.py: the launch buttons open the notebook twin
+# --------------------------------------------------------------------------------------------------
+colab_links = _load("colab_links", ROOT / "book" / "_ext" / "colab_links.py")
+
+
+class _Config(dict):
+    def __getattr__(self, name):
+        return self[name]
+
+
+class _Env:
+    def __init__(self, root: Path):
+        self.root = root
+
+    def doc2path(self, pagename):
+        return str(self.root / f"{pagename}.md")
+
+
+class _App:
+    def __init__(self, root: Path, binder: bool = True):
+        self.srcdir = str(root)
+        self.env = _Env(root)
+        self.config = _Config(colab_links_notebooks_dir="notebooks", colab_links_binder=binder,
+                              html_theme_options={})
+
+
+def _context(page: str) -> dict:
+    base = "https://github.com/linattn/linattn"
+    return {"header_buttons": [
+        {"label": "download-buttons", "buttons": [{"text": ".md", "url": f"{page}.md"}]},
+        {"label": "launch-buttons", "buttons": [
+            {"text": "Binder", "url": f"https://mybinder.org/v2/gh/linattn/linattn/main"
+                                      f"?urlpath=lab/tree/{page}.md"},
+            {"text": "Colab", "url": f"https://colab.research.google.com/github/linattn/linattn/"
+                                     f"blob/main/{page}.md"},
+        ]},
+        {"label": "repository", "url": base},
+    ]}
+
+
+def _launch_urls(context):
+    group = next(b for b in context["header_buttons"] if b["label"] == "launch-buttons")
+    return {b["text"]: b["url"] for b in group["buttons"]}
+
+
+@pytest.mark.parametrize("binder", [True, False])
+def test_colab_and_binder_links_point_at_the_twin(tmp_path, binder):
+    (tmp_path / "book").mkdir()
+    (tmp_path / "book" / "softmax.md").write_text("# s\n")
+    (tmp_path / "notebooks").mkdir()
+    (tmp_path / "notebooks" / "softmax.ipynb").write_text("{}")
+    context = _context("book/softmax")
+    colab_links.rewrite_launch_links(_App(tmp_path, binder), "book/softmax", "page.html", context,
+                                     None)
+    urls = _launch_urls(context)
+    assert urls["Colab"] == ("https://colab.research.google.com/github/linattn/linattn/blob/main/"
+                             "notebooks/softmax.ipynb")
+    binder_tail = "notebooks/softmax.ipynb" if binder else "book/softmax.md"
+    assert urls["Binder"] == f"https://mybinder.org/v2/gh/linattn/linattn/main?urlpath=lab/tree/{binder_tail}"
+    assert context["header_buttons"][0]["buttons"][0]["url"] == "book/softmax.md"  # downloads untouched
+
+
+def test_page_without_twin_keeps_the_theme_links(tmp_path):
+    (tmp_path / "book").mkdir()
+    (tmp_path / "book" / "intro.md").write_text("# i\n")
+    context = _context("book/intro")
+    before = _launch_urls(context)
+    colab_links.rewrite_launch_links(_App(tmp_path), "book/intro", "page.html", context, None)
+    assert _launch_urls(context) == before
+
+
+def test_every_chapter_notebook_is_a_launch_target():
+    # each chapter's twin exists where the extension looks for it
+    app = _App(ROOT)
+    for chapter in CHAPTERS:
+        assert colab_links.twin_path(app, f"book/{chapter.stem}") == f"notebooks/{chapter.stem}.ipynb"
