@@ -1,0 +1,143 @@
+"""Explorers: every control changes what it drives, live (ipywidgets) and static (plotly twin).
+
+No browser here (tests/browser/ drives Chromium): the live explorers are driven from Python by setting
+``control.value``, as a reader's click does through the kernel, and the static twins are checked on their
+frames and menus, which is all the website's plotly.js replays.
+"""
+
+from __future__ import annotations
+
+import json
+
+import ipywidgets
+import numpy as np
+import plotly.graph_objects as go
+import pytest
+from _tolerances import assert_close
+
+from linattn_core import LinearAttentionState, viz, widgets
+
+# Small versions of the five explorers (the book calls them with no arguments: see the budget test).
+SMALL = {
+    "matrix_vs_state": lambda static: widgets.matrix_vs_state_explorer(
+        N=5, d=3, d_v=2, feature_maps=("elu+1", "performer"), static=static),
+    "feature_map": lambda static: widgets.feature_map_explorer(
+        N=6, d=4, d_v=3, feature_maps=("identity", "relu", "cosformer"), static=static),
+    "performer": lambda static: widgets.performer_explorer(d=4, N=8, ms=(2, 8, 32), n_seeds=2, static=static),
+    "cost": lambda static: widgets.cost_explorer(
+        d=32, d_v=16, ds=(16, 32), d_vs=(16, 64), static=static,
+        measured=[{"N": 128, "method": "chunked", "median_s": 2e-4}]),
+    "chunk": lambda static: widgets.chunk_explorer(N=6, chunk_size=2, chunk_sizes=(1, 2, 4), static=static),
+}
+
+
+def data_json(fig) -> list:
+    """The traces as plain JSON, without plotly's per-object ``uid``."""
+    traces = [{k: val for k, val in t.to_plotly_json().items() if k != "uid"} for t in fig.data]
+    return json.loads(json.dumps(traces, default=str))
+
+
+def floats(x) -> np.ndarray:
+    a = np.asarray(x, dtype=object)
+    return np.frompyfunc(lambda e: np.nan if e is None else float(e), 1, 1)(a).astype(np.float64)
+
+
+# --- which form -----------------------------------------------------------------------------------
+def test_book_build_gets_the_static_twin_and_a_kernel_gets_a_widget(monkeypatch):
+    monkeypatch.setenv("LINATTN_BOOK_BUILD", "1")
+    assert isinstance(SMALL["chunk"](None), go.Figure)
+    monkeypatch.delenv("LINATTN_BOOK_BUILD")
+    live = SMALL["chunk"](None)
+    assert isinstance(live, widgets.Explorer) and isinstance(live, ipywidgets.VBox)
+    assert isinstance(SMALL["chunk"](True), go.Figure)
+
+
+# --- static twins: no control may do nothing -------------------------------------------------------
+@pytest.mark.parametrize("name", list(SMALL))
+def test_static_twin_controls_all_change_the_figure(name):
+    fig = SMALL[name](True)
+    assert fig.layout.sliders or fig.layout.updatemenus, "a static twin needs a control"
+    names = {f.name for f in fig.frames}
+    for slider in fig.layout.sliders:
+        targets = [step.args[0][0] for step in slider.steps]
+        assert len(set(targets)) == len(targets) and set(targets) <= names, "one frame per slider value"
+        frames = {f.name: json.dumps(data_json(f)) for f in fig.frames}
+        assert len({frames[t] for t in targets}) == len(targets), "two slider values show the same frame"
+        assert slider.currentvalue.prefix, "the slider needs a visible label"
+    for menu in fig.layout.updatemenus:
+        states = [json.dumps(b.args, sort_keys=True) for b in menu.buttons]
+        assert len(set(states)) == len(states) >= 2, "two menu entries do the same thing"
+        for b in menu.buttons:
+            vis = b.args[0]["visible"]
+            assert len(vis) == len(fig.data) and any(vis), "a menu entry must show something"
+        assert any(a.name == "control-label" for a in fig.layout.annotations), "menus need a label"
+
+
+def test_matrix_vs_state_twin_frames_match_the_streaming_state():
+    fig = SMALL["matrix_vs_state"](True)
+    _, k, v = viz.seeded_qkv(5, 3, 2, 0)
+    state = LinearAttentionState(3, 2, "elu+1")
+    for t in range(5):
+        state.update(k[t], v[t])
+        frame = fig.frames[t]
+        S = frame.data[list(frame.traces).index(3)]  # group 0 (elu+1), trace 3 = S_t
+        assert_close(floats(S.z), viz.sig_round(state.S), what=f"S in frame {t}")
+
+
+@pytest.mark.parametrize("name", list(SMALL))
+def test_static_twins_are_small(name):
+    assert viz.figure_nbytes(SMALL[name](True)) < 300_000
+
+
+def test_default_static_twins_fit_the_page_budget():
+    """What the book shows: each explorer with no arguments, under 300 KB of JSON."""
+    for make in (widgets.matrix_vs_state_explorer, widgets.feature_map_explorer, widgets.performer_explorer,
+                 widgets.cost_explorer, widgets.chunk_explorer):
+        fig = make(static=True)
+        size = viz.figure_nbytes(fig)
+        assert size < 300_000, f"{make.__name__}: {size} bytes"
+        assert fig.layout.meta["alt"]
+
+
+# --- live explorers: setting each control's value redraws -----------------------------------------
+@pytest.mark.parametrize("name", list(SMALL))
+def test_every_live_control_updates_the_figure(name):
+    exp = SMALL[name](False)
+    assert isinstance(exp.figure, go.FigureWidget)
+    assert exp.controls, "an explorer needs controls"
+    for key, control in exp.controls.items():
+        assert control.description, f"control {key} needs a label"
+        options = [o[1] if isinstance(o, tuple) else o for o in getattr(control, "options", ())] or \
+            list(range(control.min, control.max + 1))
+        other = next(o for o in options if o != control.value)
+        before = data_json(exp.figure)
+        control.value = other
+        after = data_json(exp.figure)
+        assert after != before, f"{name}: moving {key} did not change the figure"
+        assert after == data_json(exp.last_figure), f"{name}: the widget does not show the builder's figure"
+
+
+def test_live_matrix_vs_state_shows_the_state_after_t_plus_one_tokens():
+    exp = SMALL["matrix_vs_state"](False)
+    _, k, v = viz.seeded_qkv(5, 3, 2, 0)
+    exp.controls["t"].value = 3
+    state = LinearAttentionState(3, 2, "elu+1")
+    for t in range(4):
+        state.update(k[t], v[t])
+    assert_close(floats(exp.figure.data[3].z), state.S, what="S_3 in the widget")
+    exp.controls["label"].value = "performer (m=12)"
+    assert floats(exp.figure.data[3].z).shape == (12, 2)
+
+
+def test_live_chunk_explorer_draws_the_layout():
+    exp = SMALL["chunk"](False)
+    exp.controls["chunk_size"].value = 4
+    np.testing.assert_array_equal(floats(exp.figure.data[0].z), viz.chunk_layout(6, 4))
+
+
+def test_output_fallback_redraws_without_a_figure_widget():
+    exp = widgets.Explorer({"chunk_size": ipywidgets.IntSlider(value=2, min=1, max=3, description="C")},
+                           lambda chunk_size: viz.chunk_diagram(5, chunk_size), use_figure_widget=False)
+    assert exp.figure is None
+    exp.controls["chunk_size"].value = 3
+    np.testing.assert_array_equal(floats(exp.last_figure.data[0].z), viz.chunk_layout(5, 3))
