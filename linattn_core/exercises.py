@@ -318,6 +318,11 @@ class Exercise:
         About how long it takes a reader who has read the chapter.
     exception_hints : sequence of (str, str)
         (fragment of an exception message, advice): extra advice when ``fn`` raises.
+    success : str
+        A sentence printed after "Correct!": what the exercise connects to.
+    extra_check : callable or None
+        ``extra_check(exercise, fn) -> (problem or None, note)``, run after every case passed
+        (e.g. stepping through a whole sequence); ``note`` is added to the "Correct!" line.
     """
 
     def __init__(self, name: str, chapter: str, title: str, task: str, arg_names: Sequence[str],
@@ -325,7 +330,8 @@ class Exercise:
                  hints: Sequence[str], *, kind: str = "array",
                  mistakes: Sequence[_Mistake] = (), forbid_warnings: bool = False,
                  memory_case: Callable | None = None, difficulty: int = 1, minutes: int = 10,
-                 exception_hints: Sequence[tuple[str, str]] = (), success: str = ""):
+                 exception_hints: Sequence[tuple[str, str]] = (), success: str = "",
+                 extra_check: Callable | None = None):
         self.name = name
         self.chapter = chapter
         self.title = title
@@ -343,6 +349,7 @@ class Exercise:
         self.minutes = minutes
         self.exception_hints = tuple(exception_hints)
         self.success = success
+        self._extra_check = extra_check
         if kind == "array":
             self._compare, self._same = _compare_array, _same_array
         elif kind == "triple":
@@ -377,8 +384,14 @@ class Exercise:
             if problem is not None:
                 print(problem)
                 return False
-        titles = "; ".join(c.title for c in cases)
         extra = " It also never built an N x N matrix." if self._memory_case else ""
+        if self._extra_check is not None:
+            problem, note = self._extra_check(self, fn)
+            if problem is not None:
+                print(problem)
+                return False
+            extra += note
+        titles = "; ".join(c.title for c in cases)
         print(_wrap(f"Correct! Your {self.name} gives the right answer on all {len(cases)} inputs "
                     f"({titles}).{extra}", indent=""))
         if self.success:
@@ -1260,6 +1273,32 @@ def _step_variant(S, z, q_t, k_t, v_t, phi, *, query_first=False, normalise=True
     return S_new, z_new, y
 
 
+def _stream_whole_sequence(ex: Exercise, fn: Callable) -> tuple[str | None, str]:
+    """Step ``fn`` through a 7-token sequence from the empty state; compare with the library."""
+    from linattn_core import linear_attention
+
+    rng = np.random.default_rng(703)
+    n, d, d_v = 7, 4, 3
+    q, k, v = _qkv(rng, n, n, d=d, d_v=d_v)
+    phi = _elu_phi()
+    S, z = np.zeros((d, d_v)), np.zeros(d)
+    ys = []
+    for t in range(n):
+        result, error, _, _ = ex._call(fn, (S, z, q[t], k[t], v[t], phi))
+        if error is not None:
+            return (f"Not yet. Stepping through a sequence of {n} tokens from S = 0, z = 0: at "
+                    f"token {t} your function raised {type(error).__name__}: {error}"), ""
+        S, z, y = result
+        ys.append(np.asarray(y, dtype=np.float64))
+    expected = linear_attention(q, k, v, feature_map=_lib_phi(phi), causal=True)
+    problem = _array_difference(np.stack(ys), expected, what="the stacked outputs y_0..y_6")
+    if problem is not None:
+        return (f"Not yet. Stepping through a sequence of {n} tokens from S = 0, z = 0 and "
+                f"comparing with causal linear_attention:\n  {problem}"), ""
+    return None, (f" Stepped through {n} tokens from the empty state, it reproduces causal "
+                  "linear_attention.")
+
+
 streaming_step = Exercise(
     name="streaming_step",
     chapter="causal",
@@ -1270,7 +1309,8 @@ streaming_step = Exercise(
         S_new = S + phi(k_t) v_t^T, z_new = z + phi(k_t), then
         y_t = phi(q_t)^T S_new / max(phi(q_t) . z_new, 1e-6). phi works on (N, d) arrays, so
         apply it as phi(x[None])[0]. Do not modify S or z in place. check() tries the empty
-        state, states after a few tokens, d != d_v, and a feature map with d_phi != d.
+        state, states after a few tokens, d != d_v and a feature map with d_phi != d, then steps
+        your function through a 7-token sequence and compares with causal linear_attention.
     """,
     arg_names=("S", "z", "q_t", "k_t", "v_t", "phi"),
     cases=_cases_streaming_step,
@@ -1309,6 +1349,7 @@ streaming_step = Exercise(
     minutes=15,
     success="A fixed-size state, updated once per token: this is what makes linear attention an "
             "RNN at inference time.",
+    extra_check=_stream_whole_sequence,
 )
 
 
