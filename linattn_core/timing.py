@@ -722,8 +722,9 @@ def sweep(methods: Sequence[Method], lengths: Iterable[int], *, d: int = 64, d_v
           threads: int | None = None) -> list[Record]:
     """Time every method at every length, skipping (with the reason) what would not fit or take too long.
 
-    Inputs are seeded ``randn`` tensors ``q, k: (batch_heads, N, d)``, ``v: (batch_heads, N, d_v)``, made once
-    per length and shared by the methods. For each method and length, in increasing ``N``:
+    Inputs are seeded ``randn`` tensors ``q, k: (1, batch_heads, N, d)``, ``v: (1, batch_heads, N, d_v)``
+    (one batch of ``batch_heads`` heads: fused kernels such as PyTorch's CPU SDPA need the 4-D layout), made
+    once per length and shared by the methods. For each method and length, in increasing ``N``:
 
     1. if the sweep has used ``budget_s`` seconds, the rest is skipped;
     2. if the method took longer than ``max_call_s`` per call at a shorter length, or its time at the last
@@ -760,7 +761,9 @@ def sweep(methods: Sequence[Method], lengths: Iterable[int], *, d: int = 64, d_v
     with num_threads(threads), _progress(len(methods) * len(lengths), progress) as bar:
         meta = environment(dev, tdtype)  # inside: it records the number of threads in use
         for N in lengths:
-            shape_qk, shape_v = (batch_heads, N, d), (batch_heads, N, d_v)
+            # (batch=1, heads, N, d): fused kernels expect 4-D inputs (PyTorch's CPU SDPA falls back to
+            # its unfused, N x N path for 3-D ones)
+            shape_qk, shape_v = (1, batch_heads, N, d), (1, batch_heads, N, d_v)
             q, k, v = (torch.randn(s, generator=gen, dtype=torch.float32).to(device=dev, dtype=tdtype)
                        for s in (shape_qk, shape_qk, shape_v))
             for m in methods:

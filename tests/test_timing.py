@@ -389,3 +389,17 @@ def test_threads_option_is_applied_and_restored():
     recs = T.sweep([T.Method("linear", False, record_threads)], [16], device="cpu", threads=1, **SMALL)
     assert set(seen) == {1} and recs[0].meta["threads"] == 1
     assert torch.get_num_threads() == before
+
+
+def test_sweep_inputs_are_seeded_4d_heads():
+    shapes, firsts = [], []
+
+    def record_inputs(q, k, v):
+        shapes.append((tuple(q.shape), tuple(v.shape), q.dtype))
+        firsts.append(float(q.flatten()[0]))
+        return v
+
+    for _ in range(2):
+        T.sweep([T.Method("linear", False, record_inputs)], [16], device="cpu", **dict(SMALL, d_v=4))
+    assert set(shapes) == {((1, 2, 16, 8), (1, 2, 16, 4), torch.float32)}  # (batch, heads, N, d)
+    assert len(set(firsts)) == 1  # same seed, same inputs
