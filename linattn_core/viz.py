@@ -34,6 +34,7 @@ from plotly.subplots import make_subplots
 __all__ = [
     "BOOK_RENDERER",
     "CHUNK_CATEGORIES",
+    "OKABE_ITO",
     "PERFORMER_VARIANTS",
     "SIG_DIGITS",
     "attention_heatmap",
@@ -43,6 +44,9 @@ __all__ = [
     "cost_figure",
     "cost_model",
     "cost_twin",
+    "decay_data",
+    "decay_figure",
+    "decay_twin",
     "decode_memory_model",
     "feature_map_comparison",
     "feature_map_comparison_data",
@@ -1343,4 +1347,94 @@ def chunk_twin(N: int = 16, chunk_sizes: Sequence[int] = (1, 2, 3, 4, 5, 8, 16),
             f"by a masked product inside each chunk, entries left of them through the carried state, the "
             f"future greyed out.")
     _finish(fig, title=_chunk_title(N, c0), alt=text, height=height)
+    return _arrange(fig, height=height)
+
+
+# ----------------------------------------------------------------------------------------------------
+# decay (RetNet-style γ): the causal weights fade away from the diagonal
+# ----------------------------------------------------------------------------------------------------
+def decay_data(q: Any, k: Any, v: Any, gammas: Sequence[float] = (1.0, 0.95, 0.9, 0.8, 0.7, 0.5), *,
+               feature_map: Any = "elu+1", recent: int = 8) -> dict[str, Any]:
+    """Implied causal weights of decayed linear attention for each constant decay γ.
+
+    Returns ``gammas``, ``weights`` (G, N, N) from :func:`linattn_core.decay.decayed_kernel_attention`,
+    and ``recent_mass`` (G,): the share of the last query's weight on its ``recent`` most recent tokens.
+    """
+    from .decay import decayed_kernel_attention
+
+    gs = [float(g) for g in gammas]
+    if not gs or any(not 0 < g <= 1 for g in gs):
+        raise ValueError(f"gammas must be decays in (0, 1], got {gammas}")
+    W = np.stack([np.asarray(decayed_kernel_attention(q, k, v, feature_map, decay=g, return_weights=True)[1],
+                             dtype=np.float64) for g in gs])  # (G, N, N)
+    return {"gammas": gs, "weights": W, "recent": recent, "recent_mass": W[:, -1, -recent:].sum(-1)}
+
+
+def _decay_title(g: float, mass: float, recent: int) -> str:
+    window = f"window ≈ 1/(1 − γ) = {1 / (1 - g):.0f} tokens" if g < 1 else "no decay"
+    return (f"γ = {g:g} ({window}): the last query puts {100 * mass:.0f}% of its weight "
+            f"on the last {recent} tokens")
+
+
+def _decay_traces(data: Mapping[str, Any], a: int, digits: int | None) -> list[go.BaseTraceType]:
+    """The traces that change with γ: weights heatmap, last-row outline, last row as bars."""
+    W = data["weights"][a]
+    N = W.shape[0]
+    heat = _attention_trace(_mask_future(W, "weights"), zmin=0.0, zmax=float(W.max()), digits=digits,
+                            colorbar={"title": {"text": "weight"}, "thickness": 12})
+    bars = go.Bar(x=list(range(N)), y=_lst(W[-1], digits), marker={"color": OKABE_ITO[0]}, showlegend=False,
+                  name="last query's weights", hovertemplate="key j=%{x}<br>weight=%{y:.3g}<extra></extra>")
+    return [heat, _row_outline(N - 1, N), bars]
+
+
+def _decay_build(data: Mapping[str, Any], a: int, digits: int | None, height: int) -> go.Figure:
+    N = data["weights"].shape[1]
+    fig = make_subplots(rows=1, cols=2, column_widths=[0.55, 0.45], horizontal_spacing=0.16,
+                        subplot_titles=("causal weights, decayed by γ^(i − j)",
+                                        f"weights of the last query (i = {N - 1})"))
+    fig.add_trace(_future_trace(N), row=1, col=1)
+    for tr, c in zip(_decay_traces(data, a, digits), (1, 1, 2), strict=True):
+        fig.add_trace(tr, row=1, col=c)
+    fig.data[1].colorbar.update(x=fig.layout.xaxis.domain[1] + 0.01, xanchor="left")
+    _matrix_axes(fig, N, N, row=1, col=1)
+    fig.update_xaxes(title_text="key position j", range=[-0.5, N - 0.5], row=1, col=2)
+    top = float(data["weights"][:, -1, :].max()) * 1.08  # one axis for every γ: heights compare
+    fig.update_yaxes(title_text="weight", range=[0, top], row=1, col=2)
+    g = data["gammas"][a]
+    text = (f"Left: the {N} by {N} causal attention weights of linear attention with decay γ = {g:g}, "
+            f"future greyed, last row outlined; right: the last query's weights over the key positions. "
+            f"The smaller γ, the more weight sits near the diagonal.")
+    _finish(fig, title=_decay_title(g, data["recent_mass"][a], data["recent"]), alt=text, height=height,
+            title_font_size=14)
+    return fig
+
+
+def decay_figure(data: Mapping[str, Any], gamma: float | None = None, *, height: int = 460) -> go.Figure:
+    """One decay γ (from :func:`decay_data`): the causal weights with the last row outlined, and that row
+    as bars over the key positions. Trace order: future mask, weights, outline, bars."""
+    gs = data["gammas"]
+    gamma = gs[0] if gamma is None else float(gamma)
+    if gamma not in gs:
+        raise ValueError(f"gamma must be one of the computed decays {gs}, got {gamma}")
+    return _arrange(_decay_build(data, gs.index(gamma), None, height), height=height)
+
+
+def decay_twin(data: Mapping[str, Any], *, g0: float | None = None, digits: int = SIG_DIGITS,
+               height: int = 540) -> go.Figure:
+    """Static twin of the decay explorer: a slider over γ, one frame per decay (traces 1-3 and title)."""
+    gs = data["gammas"]
+    g0 = gs[min(2, len(gs) - 1)] if g0 is None else float(g0)
+    if g0 not in gs:
+        raise ValueError(f"g0 must be one of {gs}, got {g0}")
+    fig = _decay_build(data, gs.index(g0), digits, height)
+    fig.frames = [go.Frame(name=f"γ={g:g}", traces=[1, 2, 3], data=_decay_traces(data, a, digits),
+                           layout={"title": {"text": _decay_title(g, mass, data["recent"])}})
+                  for a, (g, mass) in enumerate(zip(gs, data["recent_mass"], strict=True))]
+    fig.update_layout(sliders=[_slider([f"{g:g}" for g in gs], [f"γ={g:g}" for g in gs],
+                                       prefix="decay γ = ", active=gs.index(g0))])
+    N = data["weights"].shape[1]
+    fig.layout.meta = {"alt": f"Interactive figure with a slider over the decay γ "
+                              f"({', '.join(f'{g:g}' for g in gs)}). Left: the {N} by {N} causal weights of "
+                              f"decayed linear attention; right: the last query's weights. As γ falls, the "
+                              f"weight gathers near the diagonal."}
     return _arrange(fig, height=height)

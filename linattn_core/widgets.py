@@ -10,7 +10,7 @@ Each explorer shows the right form for where it runs:
   work on a static web page with no kernel behind it.
 
 All numbers come from ``viz`` (which calls the library); the callbacks here only pick a precomputed
-result and redraw. The five explorers the book calls, with no arguments:
+result and redraw. The explorers the book calls, with no arguments:
 
 ======================================  ===========================================================
 :func:`matrix_vs_state_explorer`        step t and feature map: kernel matrix row vs state S_t, z_t
@@ -18,6 +18,7 @@ result and redraw. The five explorers the book calls, with no arguments:
 :func:`performer_explorer`              random features m, orthogonal/iid, positive/trig: errors
 :func:`cost_explorer`                   d, d_v: FLOPs, bytes, KV cache vs fixed state
 :func:`chunk_explorer`                  chunk size: which entries a chunk computes, which the state
+:func:`decay_explorer`                  decay γ: the causal weights fade away from the diagonal
 ======================================  ===========================================================
 """
 
@@ -37,6 +38,7 @@ __all__ = [
     "Explorer",
     "chunk_explorer",
     "cost_explorer",
+    "decay_explorer",
     "feature_map_explorer",
     "matrix_vs_state_explorer",
     "performer_explorer",
@@ -248,3 +250,22 @@ def chunk_explorer(N: int = 16, chunk_size: int = 4, chunk_sizes: Sequence[int] 
                                                 description="chunk size C:", style=_style())}
     return Explorer(controls, lambda chunk_size: viz.chunk_diagram(N, chunk_size),
                     description="Chunk size 1 is the recurrent form; chunk size N is the quadratic form.")
+
+
+# ----------------------------------------------------------------------------------------------------
+# 6. decay (used by the chapter "beyond")
+# ----------------------------------------------------------------------------------------------------
+def decay_explorer(N: int = 24, d: int = 8, d_v: int = 4,
+                   gammas: Sequence[float] = (1.0, 0.98, 0.95, 0.9, 0.8, 0.7, 0.5), gamma: float = 0.9,
+                   feature_map: Any = "elu+1", seed: int = 0,
+                   static: bool | None = None) -> Explorer | go.Figure:
+    """A slider over a constant decay γ: the causal weights of decayed linear attention (the quadratic
+    reference) narrow towards the diagonal as γ falls; the last query's weights are shown as bars."""
+    q, k, v = viz.seeded_qkv(N, d, d_v, seed)
+    data = viz.decay_data(q, k, v, gammas, feature_map=feature_map)
+    if _want_static(static):
+        return viz.decay_twin(data, g0=gamma)
+    controls = {"gamma": W.SelectionSlider(options=data["gammas"], value=float(gamma), description="decay γ:",
+                                           style=_style())}
+    return Explorer(controls, lambda gamma: viz.decay_figure(data, gamma),
+                    description="γ = 1 is plain causal linear attention; smaller γ forgets faster.")

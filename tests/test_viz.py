@@ -335,13 +335,35 @@ def test_chunk_twin_has_one_correct_frame_per_size():
         viz.chunk_layout(4, 0)
 
 
+# --- decay ---------------------------------------------------------------------------------------
+def test_decay_weights_and_twin_frames():
+    N = 6
+    q, k, v = viz.seeded_qkv(N, 3, 2, seed=4)
+    data = viz.decay_data(q, k, v, (1.0, 0.8, 0.5), recent=2)
+    phi = get_feature_map("elu+1")
+    scores = phi(q) @ phi(k).T
+    for a, g in enumerate(data["gammas"]):
+        raw = np.array([[scores[i, j] * g ** (i - j) if j <= i else 0.0 for j in range(N)] for i in range(N)])
+        assert_close(data["weights"][a], raw / raw.sum(1, keepdims=True), what=f"weights, γ = {g}")
+        assert_close(data["recent_mass"][a], data["weights"][a][-1, -2:].sum(), what="recent mass")
+    fig = viz.decay_figure(data, 0.8)
+    np.testing.assert_array_equal(np.isnan(arr(fig.data[1].z)), future(N))
+    assert_close(arr(fig.data[3].y), data["weights"][1][-1], what="last row bars")
+    twin = viz.decay_twin(data, g0=0.8)
+    assert [f.name for f in twin.frames] == ["γ=1", "γ=0.8", "γ=0.5"]
+    for a, f in enumerate(twin.frames):
+        assert_close(arr(f.data[2].y), viz.sig_round(data["weights"][a][-1]), what=f"frame {f.name}")
+    with pytest.raises(ValueError, match="gammas"):
+        viz.decay_data(q, k, v, (1.5,))
+
+
 # --- conventions ---------------------------------------------------------------------------------
 def test_every_figure_has_alt_text_and_latex_free_titles(mvs, fmc, curves):
     *_, data = mvs
     figs = [viz.attention_heatmap(np.eye(3)), viz.kernel_matrix_figure(np.eye(3)),
             viz.state_figure(np.eye(3), np.ones(3)), viz.matrix_vs_state_figure(data, 0),
             viz.feature_map_comparison(fmc[-1]), viz.performer_error_figure(curves), viz.cost_figure(),
-            viz.chunk_diagram()]
+            viz.chunk_diagram(), viz.decay_figure(viz.decay_data(*viz.seeded_qkv(5, 2, 2), (0.9,)))]
     for fig in figs:
         assert len(fig.layout.meta["alt"]) > 20
         texts = [fig.layout.title.text or ""] + [a.text for a in fig.layout.annotations]

@@ -28,6 +28,8 @@ SMALL = {
         d=32, d_v=16, ds=(16, 32), d_vs=(16, 64), static=static,
         measured=[{"N": 128, "method": "chunked", "median_s": 2e-4}]),
     "chunk": lambda static: widgets.chunk_explorer(N=6, chunk_size=2, chunk_sizes=(1, 2, 4), static=static),
+    "decay": lambda static: widgets.decay_explorer(N=6, d=3, d_v=2, gammas=(1.0, 0.5), gamma=0.5,
+                                                   static=static),
 }
 
 
@@ -92,7 +94,7 @@ def test_static_twins_are_small(name):
 def test_default_static_twins_fit_the_page_budget():
     """What the book shows: each explorer with no arguments, under 300 KB of JSON."""
     for make in (widgets.matrix_vs_state_explorer, widgets.feature_map_explorer, widgets.performer_explorer,
-                 widgets.cost_explorer, widgets.chunk_explorer):
+                 widgets.cost_explorer, widgets.chunk_explorer, widgets.decay_explorer):
         fig = make(static=True)
         size = viz.figure_nbytes(fig)
         assert size < 300_000, f"{make.__name__}: {size} bytes"
