@@ -913,11 +913,13 @@ def loglog_slope(records: Iterable[Record], method: str, *, causal: bool = False
 
 def measured_crossover(records: Iterable[Record], slow: str, fast: str, *, causal: bool = False,
                        causal_fast: bool | None = None) -> float | None:
-    """The length where ``fast`` becomes faster than ``slow``, interpolated between measured lengths.
+    """The length from which on ``fast`` is faster than ``slow``, interpolated between measured lengths.
 
-    Both are compared at the lengths where both were measured; the crossing is found by linear
-    interpolation of ``log(time_fast / time_slow)`` in ``log N``. Returns the first length ``N`` if ``fast``
-    is already faster there, and ``None`` if it never is.
+    Both are compared at the lengths where both were measured. After the last length where ``fast`` is
+    still slower, the crossing is found by linear interpolation of ``log(time_fast / time_slow)`` in
+    ``log N`` (noise or overheads can make ``fast`` win at a short length and lose at the next; the last
+    crossing is the one that lasts). Returns the first common length if ``fast`` is faster at every one,
+    and ``None`` if it is slower at the longest.
     """
     records = list(records)
     cf = causal if causal_fast is None else causal_fast
@@ -926,15 +928,15 @@ def measured_crossover(records: Iterable[Record], slow: str, fast: str, *, causa
     common = sorted(set(a) & set(b))
     if not common:
         raise ValueError(f"no length where both {slow!r} and {fast!r} were measured")
-    ratio = [math.log(b[n] / a[n]) for n in common]
-    if ratio[0] <= 0:
+    ratio = [math.log(b[n] / a[n]) for n in common]  # > 0 where fast is slower
+    losing = [i for i, r in enumerate(ratio) if r > 0]
+    if not losing:
         return float(common[0])
-    for i in range(1, len(common)):
-        (n0, r0), (n1, r1) = (common[i - 1], ratio[i - 1]), (common[i], ratio[i])
-        if r1 <= 0:
-            x = math.log(n0) + (math.log(n1) - math.log(n0)) * r0 / (r0 - r1)
-            return float(math.exp(x))
-    return None
+    i = losing[-1]
+    if i == len(common) - 1:
+        return None
+    (n0, r0), (n1, r1) = (common[i], ratio[i]), (common[i + 1], ratio[i + 1])
+    return float(math.exp(math.log(n0) + (math.log(n1) - math.log(n0)) * r0 / (r0 - r1)))
 
 
 @dataclass(frozen=True)
@@ -999,12 +1001,13 @@ class CostModel:
 def crossover_length(model: CostModel, slow: str = "softmax_naive", fast: str = "chunked", *, d: int = 64,
                      d_v: int = 64, causal: bool = False, chunk_size: int = 64, d_phi: int | None = None,
                      itemsize: int = 4, n_max: int = 2**30) -> int | None:
-    """The shortest sequence length at which ``fast`` is at least as fast as ``slow`` according to ``model``.
+    """The sequence length from which on ``fast`` is at least as fast as ``slow`` according to ``model``.
 
-    Scans lengths ``1 .. n_max`` on a logarithmic grid for the first length where ``fast`` wins, then
-    bisects between integers. ``causal`` applies to both methods, except that the causal-only forms
-    (``recurrent``, ``cumsum``, ``chunked``, ``auto``) are always causal. Returns ``None`` if ``fast`` never
-    wins up to ``n_max``.
+    "From which on" matters when fixed overheads make ``fast`` win at tiny lengths, lose in between and win
+    again for long sequences: the answer is the start of the last stretch, up to ``n_max``. Lengths
+    ``1 .. n_max`` are scanned on a logarithmic grid, then the crossing is bisected to the integer.
+    ``causal`` applies to both methods, except that the causal-only forms (``recurrent``, ``cumsum``,
+    ``chunked``, ``auto``) are always causal. Returns ``None`` if ``slow`` is still faster at ``n_max``.
 
     Examples
     --------
@@ -1023,16 +1026,17 @@ def crossover_length(model: CostModel, slow: str = "softmax_naive", fast: str = 
         return t_fast <= t_slow
 
     grid = np.unique(np.rint(np.geomspace(1, n_max, 241)).astype(np.int64)).tolist()
-    prev = 0  # fast does not win at any length <= prev (none checked yet)
-    for n in grid:
-        if fast_wins(n):
-            lo, hi = prev, n  # fast loses at lo (or lo == 0), wins at hi
-            while hi - lo > 1:
-                mid = (lo + hi) // 2
-                lo, hi = (lo, mid) if fast_wins(mid) else (mid, hi)
-            return hi
-        prev = n
-    return None
+    losing = [n for n in grid if not fast_wins(n)]
+    if not losing:
+        return 1
+    lo = losing[-1]  # the longest grid length where fast still loses
+    if lo == grid[-1]:
+        return None
+    hi = grid[grid.index(lo) + 1]
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if fast_wins(mid) else (mid, hi)
+    return hi
 
 
 # ----------------------------------------------------------------------------------------------------

@@ -206,6 +206,13 @@ def test_crossover_closed_form():
     # a slower linear method moves the crossover up by the rate ratio
     slower = T.CostModel(flop_rate=1e9, byte_rate=math.inf, efficiency={"chunked": 0.1})
     assert T.crossover_length(slower, d=64, d_v=64) == 1280
+    # a fixed overhead makes softmax lose at tiny N too; the answer is where linear wins for good:
+    # 1e-2 + 256 N²/1e9 = 1664 N/1e6, the larger root
+    quirky = T.CostModel(flop_rate=1e9, byte_rate=math.inf, efficiency={"linear": 0.01},
+                         overhead_s={"softmax_naive": 1e-2})
+    a, b, c = 256.0, -1664 * 1e3, 1e-2 * 1e9
+    root = (-b + math.sqrt(b * b - 4 * a * c)) / (2 * a)
+    assert T.crossover_length(quirky, "softmax_naive", "linear") == math.ceil(root)
     # fixed per-call overhead with no other cost: the linear form never wins
     never = T.CostModel(flop_rate=math.inf, byte_rate=math.inf, overhead_s={"chunked": 1.0})
     assert T.crossover_length(never, n_max=2**20) is None
@@ -223,10 +230,13 @@ def test_slopes_and_measured_crossover():
     assert_close(T.loglog_slope(recs, "softmax_naive"), 2.0, dtype="float64")
     assert_close(T.loglog_slope(recs, "linear"), 1.0, dtype="float64")
     assert_close(T.measured_crossover(recs, "softmax_naive", "linear"), 100.0, dtype="float64")
-    # softmax is already faster at the first length: the crossing is reported there
-    assert T.measured_crossover(recs, "linear", "softmax_naive") == 64
-    longer = [r for r in recs if r.N >= 128]  # ... and from N=128 on it never is
-    assert T.measured_crossover(longer, "linear", "softmax_naive") is None
+    assert T.measured_crossover(recs, "linear", "softmax_naive") is None  # softmax loses at long N
+    short = [r for r in recs if r.N == 64]  # faster at every common length: the first is reported
+    assert T.measured_crossover(short, "linear", "softmax_naive") == 64
+    # a noisy early win does not count: the crossing that lasts is reported
+    noisy = recs + _synthetic("softmax_naive", False, [16], lambda n: 1e-6 * n**2)
+    noisy += _synthetic("linear", False, [16], lambda n: 1e-9)  # "faster" at N=16, slower at 64
+    assert_close(T.measured_crossover(noisy, "softmax_naive", "linear"), 100.0, dtype="float64")
     with pytest.raises(ValueError, match="a slope needs 2"):
         T.loglog_slope(recs[:1], "softmax_naive")
 
