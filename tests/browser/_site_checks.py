@@ -1,0 +1,307 @@
+"""What the site tests measure on a loaded page, kept apart from the assertions.
+
+Each page of the built site is loaded once (``load_report``) with every non-local host blocked; the
+report records console errors, requests, the state of math and plotly figures, the axe-core
+violations, the links and the page weight, and saves a full-page screenshot. The tests in
+``test_site.py`` then assert on one aspect each, so a failure names what broke on which page.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+from functools import cache
+from html.parser import HTMLParser
+from pathlib import Path
+from urllib.parse import unquote, urljoin, urlsplit
+
+from _browser import LOCAL_HOST, SCREENSHOTS, SITE, PageLog, axe_source, page_source, site_pages, url_to_file
+
+# Generous waits: two shared CPU cores, several engineers building at once.
+RENDER_TIMEOUT_MS = 30_000
+CHANGE_TIMEOUT_MS = 10_000
+
+# --- JavaScript run in the page --------------------------------------------------------------
+
+WAIT_MATHJAX_JS = """
+async (timeoutMs) => {
+  const hasMath = document.querySelector('.math, mjx-container') !== null;
+  if (!hasMath) return 'no math';
+  const deadline = Date.now() + timeoutMs;
+  while (!(window.MathJax && MathJax.startup && MathJax.startup.promise)) {
+    if (Date.now() > deadline) return 'MathJax never started';
+    await new Promise(r => setTimeout(r, 100));
+  }
+  await MathJax.startup.promise;
+  return 'typeset';
+}
+"""
+
+MATH_STATE_JS = r"""
+() => {
+  const SKIP = new Set(['SCRIPT', 'STYLE', 'NOSCRIPT', 'TEXTAREA', 'PRE', 'CODE', 'TEMPLATE',
+                        'MJX-CONTAINER', 'MJX-ASSISTIVE-MML']);
+  const skipped = (el) => {
+    for (let e = el; e; e = e.parentElement) {
+      if (SKIP.has(e.tagName) || (e.classList && (e.classList.contains('highlight')
+          || e.classList.contains('cell_input')))) return true;
+    }
+    return false;
+  };
+  // Raw TeX a reader would see: display/inline delimiters, environments, or $...\command...$.
+  const RAW = /\$\$|\\\(|\\\)|\\\[|\\\]|\\begin\{|\$[^$\s][^$]*\\[a-zA-Z]+[^$]*\$/;
+  const raw = [];
+  const walker = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT);
+  for (let n = walker.nextNode(); n; n = walker.nextNode()) {
+    if (RAW.test(n.nodeValue) && !skipped(n.parentElement)) {
+      raw.push(n.nodeValue.trim().slice(0, 120));
+    }
+  }
+  const maths = Array.from(document.querySelectorAll('.math'));
+  const untypeset = maths.filter(m => !m.querySelector('mjx-container'))
+                         .map(m => m.textContent.trim().slice(0, 120));
+  const errors = Array.from(document.querySelectorAll('mjx-merror'))
+                      .map(e => (e.getAttribute('data-mjx-error') || e.textContent).slice(0, 120));
+  return {n_math: maths.length, n_rendered: document.querySelectorAll('mjx-container').length,
+          untypeset, errors, raw};
+}
+"""
+
+WAIT_PLOTLY_JS = """
+() => Array.from(document.querySelectorAll('.plotly-graph-div'))
+           .every(gd => gd.querySelector('svg.main-svg') && gd._fullLayout)
+"""
+
+PLOTLY_STATE_JS = """
+() => Array.from(document.querySelectorAll('.plotly-graph-div')).map((gd, i) => {
+  if (!gd.id) gd.id = 'linattn-test-gd-' + i;
+  const lay = gd.layout || {};
+  const r = gd.getBoundingClientRect();
+  return {
+    id: gd.id,
+    rendered: gd.querySelector('svg.main-svg') !== null,
+    n_traces: (gd.data || []).length,
+    width: r.width, height: r.height,
+    sliders: (lay.sliders || []).map(s => ({
+      active: s.active || 0, visible: s.visible !== false,
+      steps: (s.steps || []).map(st => ({label: String(st.label ?? ''), method: st.method || 'restyle'}))})),
+    menus: (lay.updatemenus || []).map(m => ({
+      type: m.type || 'dropdown', active: m.active ?? 0, visible: m.visible !== false,
+      buttons: (m.buttons || []).map(b => ({label: String(b.label ?? ''), method: b.method || 'restyle'}))})),
+  };
+})
+"""
+
+# The figure's state: its traces, and its layout without the controls' own bookkeeping.
+FIGURE_STATE_JS = """
+(id) => {
+  const gd = document.getElementById(id);
+  const plain = (k, v) => (ArrayBuffer.isView(v) ? Array.from(v) : v);
+  const layout = Object.assign({}, gd.layout);
+  delete layout.sliders; delete layout.updatemenus;
+  return {data: JSON.stringify(gd.data, plain), layout: JSON.stringify(layout, plain)};
+}
+"""
+
+CONTROL_ACTIVE_JS = """
+([id, kind, i]) => {
+  const lay = document.getElementById(id)._fullLayout;
+  const opts = kind === 'slider' ? lay.sliders[i] : lay.updatemenus[i];
+  return opts.active;
+}
+"""
+
+LINKS_JS = """
+() => Array.from(document.querySelectorAll('a[href]'))
+           .map(a => ({href: a.href, raw: a.getAttribute('href'), text: a.textContent.trim().slice(0, 60)}))
+"""
+
+AXE_RUN_JS = """
+async () => {
+  const res = await axe.run(document, {resultTypes: ['violations']});
+  return res.violations.map(v => ({
+    id: v.id, impact: v.impact, help: v.help, tags: v.tags,
+    nodes: v.nodes.map(n => ({target: n.target.join(' '), html: n.html.slice(0, 200),
+                              summary: (n.failureSummary || '').slice(0, 400)}))}));
+}
+"""
+
+
+# --- the report --------------------------------------------------------------------------------
+
+
+@dataclass
+class Report:
+    rel: str
+    url: str
+    log: PageLog
+    final_url: str = ""
+    math: dict = field(default_factory=dict)
+    mathjax: str = ""
+    plotly_ready: bool = True
+    figures: list = field(default_factory=list)
+    links: list = field(default_factory=list)
+    violations: list = field(default_factory=list)
+    screenshot: Path | None = None
+
+
+def is_redirect(rel: str) -> str | None:
+    """The target of a meta-refresh page (Jupyter Book's root index.html), or None."""
+    m = re.search(r'http-equiv="Refresh"\s+content="\d+;\s*url=([^"]+)"', page_source(rel), re.I)
+    return m.group(1) if m else None
+
+
+def settle(page, timeout_ms: int = 5_000) -> None:
+    """Wait (briefly, best effort) for the network to go quiet: late fonts, MathJax components."""
+    try:
+        page.wait_for_load_state("networkidle", timeout=timeout_ms)
+    except Exception:
+        pass  # a page that keeps a connection open is judged by the explicit waits that follow
+
+
+def gd_selector(gd_id: str) -> str:
+    """A CSS selector for a plotly div by id (plotly ids may start with a digit)."""
+    return f'[id="{gd_id}"]'
+
+
+def load_report(browser_page, log: PageLog, base: str, rel: str) -> Report:
+    page = browser_page
+    url = urljoin(base, rel)
+    rep = Report(rel=rel, url=url, log=log)
+    page.goto(url, wait_until="load", timeout=RENDER_TIMEOUT_MS)
+    target = is_redirect(rel)
+    if target:
+        page.wait_for_url(urljoin(url, target), timeout=RENDER_TIMEOUT_MS)
+        page.wait_for_load_state("load")
+    settle(page)
+    rep.final_url = page.url
+    rep.mathjax = page.evaluate(WAIT_MATHJAX_JS, RENDER_TIMEOUT_MS)
+    try:
+        page.wait_for_function(WAIT_PLOTLY_JS, timeout=RENDER_TIMEOUT_MS)
+    except Exception:
+        rep.plotly_ready = False
+    rep.math = page.evaluate(MATH_STATE_JS)
+    rep.figures = page.evaluate(PLOTLY_STATE_JS)
+    rep.links = page.evaluate(LINKS_JS)
+    log.frozen = True  # what follows is the tests' own doing
+    page.add_script_tag(content=axe_source())
+    rep.violations = page.evaluate(AXE_RUN_JS)
+    shot = SCREENSHOTS / (rel[: -len(".html")] + ".png")
+    shot.parent.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(shot), full_page=True)
+    rep.screenshot = shot
+    return rep
+
+
+# --- page weight ---------------------------------------------------------------------------------
+
+_REF_RE = re.compile(r'(?:src|href)\s*=\s*["\']([^"\'#?]+)')
+
+
+def _site_rel(path: Path) -> str | None:
+    try:
+        return path.resolve().relative_to(SITE).as_posix()
+    except ValueError:
+        return None
+
+
+@cache
+def shared_assets() -> frozenset[str]:
+    """Site files referenced by two or more pages: cached once by a reader's browser."""
+    counts: Counter[str] = Counter()
+    for rel in site_pages():
+        refs = set()
+        for ref in _REF_RE.findall(page_source(rel)):
+            if "://" in ref or ref.startswith(("mailto:", "javascript:", "data:")):
+                continue
+            target = _site_rel(SITE / Path(rel).parent / unquote(ref))
+            if target and target != rel:
+                refs.add(target)
+        counts.update(refs)
+    return frozenset(p for p, c in counts.items() if c >= 2)
+
+
+def is_shared(rel_file: str) -> bool:
+    """Whether a loaded file is site-wide rather than this page's own.
+
+    Site-wide: referenced by two or more pages (theme bundles, plotly.min.js, searchindex.js), or a
+    ``_static/`` file referenced by no page at all (loaded at run time by a site-wide script, such as
+    MathJax's components and fonts). Everything else (the HTML, its images, data it alone loads) is
+    the page's own weight.
+    """
+    if rel_file in shared_assets():
+        return True
+    if rel_file.startswith("_static/"):
+        return not any(rel_file in page_source(p) or rel_file.split("/", 1)[1] in page_source(p)
+                       for p in site_pages())
+    return False
+
+
+def page_weight(rep: Report) -> tuple[int, list[tuple[str, int]]]:
+    """Bytes of the page's own files (the HTML included) and the list of them, largest first."""
+    own: dict[str, int] = {}
+    for u in [rep.url, rep.final_url, *rep.log.local_urls]:
+        f = url_to_file(u)
+        rel_file = _site_rel(f) if f is not None else None
+        if rel_file is None or not f.is_file():
+            continue
+        if rel_file.endswith(".html") or not is_shared(rel_file):
+            own[rel_file] = f.stat().st_size
+    items = sorted(own.items(), key=lambda kv: -kv[1])
+    return sum(own.values()), items
+
+
+# --- links ---------------------------------------------------------------------------------------
+
+
+class _Ids(HTMLParser):
+    def __init__(self):
+        super().__init__(convert_charrefs=True)
+        self.ids: set[str] = set()
+
+    def handle_starttag(self, tag, attrs):
+        for k, v in attrs:
+            if k == "id" or (tag == "a" and k == "name"):
+                self.ids.add(v or "")
+
+
+@cache
+def anchors_in(path: Path) -> frozenset[str]:
+    parser = _Ids()
+    parser.feed(path.read_text(encoding="utf-8", errors="replace"))
+    return frozenset(parser.ids)
+
+
+def broken_links(rep: Report) -> list[str]:
+    """Internal links of the page whose file or anchor does not exist, described for a reader."""
+    bad = []
+    for link in rep.links:
+        parts = urlsplit(link["href"])
+        if parts.scheme not in ("http", "https") or parts.hostname != LOCAL_HOST:
+            continue
+        target = url_to_file(link["href"])
+        label = f'"{link["text"]}" -> {link["raw"]}'
+        if target is None or not target.is_file():
+            bad.append(f"{label}: no file {target}")
+            continue
+        frag = unquote(parts.fragment)
+        if frag and target.suffix == ".html" and frag not in anchors_in(target):
+            bad.append(f"{label}: no id '{frag}' in {_site_rel(target)}")
+    return sorted(set(bad))
+
+
+def describe_violations(violations: list[dict], impacts=("critical", "serious")) -> list[str]:
+    out = []
+    for v in violations:
+        if v["impact"] not in impacts:
+            continue
+        lines = [f"[{v['impact']}] {v['id']}: {v['help']} ({len(v['nodes'])} element(s))"]
+        for n in v["nodes"][:5]:
+            lines.append(f"    at {n['target']}: {n['html']}")
+            if n["summary"]:
+                lines.append("      " + n["summary"].replace("\n", "\n      "))
+        if len(v["nodes"]) > 5:
+            lines.append(f"    ... and {len(v['nodes']) - 5} more")
+        out.append("\n".join(lines))
+    return out
