@@ -60,8 +60,9 @@ def batch_id(batch) -> str:
 
 def pytest_generate_tests(metafunc):
     """Tests that take ``map_name``, ``nonneg_map``, ``causal_method`` or ``batch`` run once per
-    value (ids read like ``elu+1``, ``chunked``, ``B2x3``), unless the test parametrizes it itself."""
-    explicit = set()
+    value (ids read like ``elu+1``, ``chunked``, ``B2x3``), unless the test parametrizes it itself
+    or a fixture of that name is defined closer to the test."""
+    explicit = set(getattr(metafunc, "_arg2fixturedefs", {}))
     for marker in metafunc.definition.iter_markers("parametrize"):
         names = marker.args[0]
         explicit.update(names.replace(" ", "").split(",") if isinstance(names, str) else names)
