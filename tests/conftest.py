@@ -33,8 +33,10 @@ BACKENDS = ["numpy", "torch"]
 
 
 def _devices() -> list[str]:
-    import torch
-
+    try:
+        import torch
+    except ImportError:  # torch is an optional dependency of the package
+        return ["cpu"]
     return ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 
 
@@ -138,18 +140,8 @@ def make_feature_map(name: str, d: int, *, num_features: int = 32, seed: int = 0
     return get_feature_map(name, **options)
 
 
-def to_backend(x, like):
-    """``x`` (numpy) on the backend, dtype and device of ``like``."""
-    if hasattr(like, "detach"):
-        import torch
-
-        return torch.as_tensor(np.asarray(x), dtype=like.dtype, device=like.device)
-    return np.asarray(x, dtype=like.dtype)
-
-
 @pytest.fixture(scope="session")
 def mk() -> SimpleNamespace:
     """The seeded input and feature-map factories: ``mk.randn``, ``mk.qkv``, ``mk.feature_map``,
-    ``mk.shift_for``, ``mk.to_backend``. Session-scoped, so hypothesis tests may use it too."""
-    return SimpleNamespace(randn=randn, qkv=qkv, feature_map=make_feature_map, shift_for=shift_for,
-                           to_backend=to_backend)
+    ``mk.shift_for``. Session-scoped, so hypothesis tests may use it too."""
+    return SimpleNamespace(randn=randn, qkv=qkv, feature_map=make_feature_map, shift_for=shift_for)
