@@ -49,8 +49,10 @@ def to_numpy(x) -> np.ndarray:
 
 
 def tolerance(dtype) -> tuple[float, float]:
-    """``(rtol, atol)`` for a dtype (numpy or torch, object or name)."""
+    """``(rtol, atol)`` for a dtype (numpy or torch, object or name); integers and booleans are exact."""
     name = dtype_name(dtype)
+    if name.startswith(("int", "uint", "bool")):
+        return 0.0, 0.0
     if name not in TOLERANCES:
         raise KeyError(f"no tolerance defined for dtype {name!r}; known: {sorted(TOLERANCES)}")
     return TOLERANCES[name]
