@@ -31,12 +31,14 @@ TOLERANCES: dict[str, tuple[float, float]] = {
 
 
 def dtype_name(x_or_dtype) -> str:
-    """``"float32"`` etc. for a numpy/torch array or dtype (or a dtype name)."""
-    dt = getattr(x_or_dtype, "dtype", x_or_dtype)
-    if isinstance(dt, str):
-        return dt
-    name = str(dt)
-    return name.removeprefix("torch.")
+    """``"float32"`` etc. for a numpy/torch array or dtype, a numpy scalar type, or a dtype name."""
+    if isinstance(x_or_dtype, str):
+        return x_or_dtype
+    dt = x_or_dtype if isinstance(x_or_dtype, type) else getattr(x_or_dtype, "dtype", x_or_dtype)
+    try:
+        return np.dtype(dt).name
+    except TypeError:  # a torch dtype: "torch.bfloat16" -> "bfloat16"
+        return str(dt).removeprefix("torch.")
 
 
 def to_numpy(x) -> np.ndarray:
@@ -71,7 +73,7 @@ def assert_close(actual, expected, *, dtype=None, what: str = "") -> None:
         Describes the comparison in the failure message.
     """
     if dtype is None:
-        dtype = getattr(actual, "dtype", np.float64)
+        dtype = getattr(actual, "dtype", "float64")
     rtol, atol = tolerance(dtype)
     a, e = to_numpy(actual), to_numpy(expected)
     assert a.shape == e.shape, f"{what}: shape {a.shape} != expected {e.shape}"
