@@ -7,6 +7,8 @@ False (never raises) and prints the message that names the mistake.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 from _tolerances import assert_close
@@ -588,3 +590,36 @@ def test_clamped_normalise_is_the_library_clamp():
     with pytest.warns(RuntimeWarning):
         lib = kernel_attention(q, k, v, "identity", eps=eps)
     assert_close(exercises._solution_clamped_normalise(A @ v, A.sum(-1), eps), lib, what="clamp")
+
+
+# --------------------------------------------------------------------------------------------------
+# book/instructors.md quotes the checker; keep the quote and the exercise table true
+# --------------------------------------------------------------------------------------------------
+INSTRUCTORS = Path(__file__).resolve().parent.parent / "book" / "instructors.md"
+
+
+@pytest.mark.skipif(not INSTRUCTORS.exists(), reason="book/instructors.md not written yet")
+def test_instructors_page_quotes_real_feedback(capsys):
+    text = INSTRUCTORS.read_text(encoding="utf-8")
+    block = text.split("```text\n", 1)[1].split("```", 1)[0]
+    ok, out = run_check(exercises.causal_cumsum, cc_strict, capsys)
+    assert not ok
+    for line in block.splitlines():
+        quoted = " ".join(line.split())
+        if quoted and "..." not in quoted:
+            assert quoted in out, f"instructors.md quotes {quoted!r}, check() prints {out!r}"
+
+
+@pytest.mark.skipif(not INSTRUCTORS.exists(), reason="book/instructors.md not written yet")
+def test_instructors_table_matches_the_exercises():
+    rows = {}
+    for line in INSTRUCTORS.read_text(encoding="utf-8").splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 5 and cells[0].startswith("`") and cells[0].strip("`") in exercises.EXERCISES:
+            rows[cells[0].strip("`")] = cells
+    assert set(rows) == set(exercises.EXERCISES)
+    for name, (_, chapter, stars, minutes, _) in rows.items():
+        ex = exercises.EXERCISES[name]
+        assert chapter.endswith(f"<{ex.chapter}>`"), (name, chapter)
+        assert stars == "★" * ex.difficulty, (name, stars)
+        assert minutes == f"{ex.minutes} min", (name, minutes)
