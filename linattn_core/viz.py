@@ -616,11 +616,11 @@ def _mvs_group(data: Mapping[str, Any], t: int, digits: int | None) -> list[go.B
 
 def _mvs_canvas() -> go.Figure:
     return make_subplots(
-        rows=2, cols=3, column_widths=[0.42, 0.34, 0.24], row_heights=[0.64, 0.36],
-        horizontal_spacing=0.13, vertical_spacing=0.2,
+        rows=2, cols=3, column_widths=[0.42, 0.36, 0.22], row_heights=[0.64, 0.36],
+        horizontal_spacing=0.15, vertical_spacing=0.2,
         specs=[[{}, {}, {}], [{"colspan": 3}, None, None]],
-        subplot_titles=("scores φ(q_i)·φ(k_j), row t outlined", "state S_t = Σ φ(k_j) v_jᵀ, j ≤ t",
-                        "z_t = Σ φ(k_j), j ≤ t", "output y_t, computed both ways"))
+        subplot_titles=("scores φ(q_i)·φ(k_j)", "state S_t", "normaliser z_t",
+                        "output y_t, computed both ways"))
 
 
 def _mvs_place(fig: go.Figure, traces: Sequence[go.BaseTraceType]) -> None:
@@ -630,10 +630,10 @@ def _mvs_place(fig: go.Figure, traces: Sequence[go.BaseTraceType]) -> None:
         fig.add_trace(tr, row=r, col=c)
     dom1, dom2 = fig.layout.xaxis.domain, fig.layout.xaxis2.domain
     ydom = fig.layout.yaxis.domain
-    bar_kw = {"len": ydom[1] - ydom[0], "y": (ydom[0] + ydom[1]) / 2, "yanchor": "middle", "thickness": 10,
-              "xanchor": "left", "xpad": 4}
-    fig.data[-6].colorbar.update(x=dom1[1] + 0.005, title={"text": "score"}, **bar_kw)
-    fig.data[-4].colorbar.update(x=dom2[1] + 0.005, title={"text": "S"}, **bar_kw)
+    bar_kw = {"len": ydom[1] - ydom[0], "y": (ydom[0] + ydom[1]) / 2, "yanchor": "middle", "thickness": 8,
+              "xanchor": "left", "xpad": 3, "title": {"text": ""}, "tickfont": {"size": 10}}
+    fig.data[-6].colorbar.update(x=dom1[1] + 0.005, **bar_kw)
+    fig.data[-4].colorbar.update(x=dom2[1] + 0.005, **bar_kw)
 
 
 def _mvs_axis_ranges(data: Mapping[str, Any]) -> dict[str, Any]:
@@ -792,7 +792,7 @@ def _fm_group(m: Mapping[str, Any], w_max: float, digits: int | None) -> list[go
 
 
 def _fm_canvas(n_q: int, n_k: int) -> go.Figure:
-    fig = make_subplots(rows=2, cols=2, horizontal_spacing=0.22, vertical_spacing=0.17,
+    fig = make_subplots(rows=2, cols=2, horizontal_spacing=0.2, vertical_spacing=0.17,
                         subplot_titles=("A_φ: normalised φ(q_i)·φ(k_j)", "A_softmax",
                                         "difference A_φ − A_softmax", "denominators φ(q_i)·Σ_j φ(k_j)"))
     return fig
@@ -800,7 +800,7 @@ def _fm_canvas(n_q: int, n_k: int) -> go.Figure:
 
 def _fm_layout(fig: go.Figure, n_q: int, n_k: int, w_max: float) -> None:
     for r, c in ((1, 1), (1, 2), (2, 1)):
-        _matrix_axes(fig, n_q, n_k, row=r, col=c)
+        _matrix_axes(fig, n_q, n_k, row=r, col=c, y_title="query position i" if c == 1 else "")
     fig.update_xaxes(title_text="denominator φ(q_i)·z (z = Σ_j φ(k_j))", row=2, col=2)
     fig.update_yaxes(title_text="number of queries", row=2, col=2)
     fig.add_vline(x=0, line={"color": "black", "dash": "dash", "width": 1}, row=2, col=2)
@@ -813,7 +813,7 @@ def _fm_layout(fig: go.Figure, n_q: int, n_k: int, w_max: float) -> None:
             row = 1 if ax in ("x", "x2") else 2
             yd = ydoms[row]
             tr.colorbar.update(x=dom[1] + 0.005, xanchor="left", len=yd[1] - yd[0], y=(yd[0] + yd[1]) / 2,
-                               yanchor="middle", thickness=12)
+                               yanchor="middle", thickness=8, xpad=3, tickfont={"size": 10})
 
 
 def feature_map_comparison(data: Mapping[str, Any], label: str | None = None, *, title: str | None = None,
@@ -863,7 +863,7 @@ def feature_map_twin(data: Mapping[str, Any], *, digits: int = SIG_DIGITS, heigh
     args = [[{"visible": _visibility(groups, 1, g)}, {"title.text": _fm_title(lab, maps[lab])}]
             for g, lab in enumerate(labels)]
     fig.update_layout(updatemenus=[_dropdown(labels, args, method="update", label="feature map φ:",
-                                             buttons=True)])
+                                             buttons=len(labels) <= 4)])
     _control_label(fig, "feature map φ:")
     text = (f"Interactive figure with a menu of feature maps ({', '.join(labels)}). For the chosen map: its "
             f"attention matrix beside softmax's for the same {n_q} queries and {n_k} keys, their difference "
@@ -974,8 +974,8 @@ def _perf_selected(curves: Mapping[str, Any], kind: str, orth: bool, a: int,
 
 
 def _perf_canvas(curves: Mapping[str, Any]) -> go.Figure:
-    fig = make_subplots(rows=1, cols=3, horizontal_spacing=0.08,
-                        subplot_titles=("kernel: mean |K̂ − K| / K", "output: ‖Ŷ − Y‖ / ‖Y‖",
+    fig = make_subplots(rows=1, cols=3, horizontal_spacing=0.11,
+                        subplot_titles=("kernel error |K̂ − K| / K", "output error",
                                         "K̂ against exact K"))
     for tr in _perf_curves(curves):
         fig.add_trace(tr, row=1, col=tr.meta)
@@ -995,7 +995,7 @@ def _perf_axes(fig: go.Figure, curves: Mapping[str, Any]) -> None:
     # cap at 100: trigonometric outputs with denominators <= 0 reach 1e7 and would flatten the rest
     ylo, yhi = np.log10(allv.min()) - 0.15, min(np.log10(allv.max()) + 0.15, 2.0)
     for c in (1, 2):
-        fig.update_xaxes(type="log", title_text="number of random features m", row=1, col=c)
+        fig.update_xaxes(type="log", title_text="features m", row=1, col=c)
         fig.update_yaxes(type="log", title_text="relative error" if c == 1 else None, range=[ylo, yhi],
                          row=1, col=c)
     ex = np.asarray(curves["exact_pairs"])
@@ -1003,7 +1003,7 @@ def _perf_axes(fig: go.Figure, curves: Mapping[str, Any]) -> None:
     hi = float(ex.max())
     lo = max(min(0.0, float(np.percentile(est, 1))), -0.6 * hi)  # trig estimates can be negative
     fig.update_xaxes(title_text="exact exp(q·k/√d)", range=[0, hi * 1.05], row=1, col=3)
-    fig.update_yaxes(title_text="estimate φ(q)·φ(k)", range=[lo, hi * 1.6], row=1, col=3)
+    fig.update_yaxes(title_text="estimate", range=[lo, hi * 1.6], row=1, col=3)
 
 
 def performer_error_figure(curves: Mapping[str, Any], *, m: int | None = None, kind: str = "positive",
@@ -1158,8 +1158,7 @@ def _measured_traces(measured: Sequence[Mapping[str, Any]]) -> list[go.Scatter]:
 
 
 def _cost_canvas(measured: Sequence[Mapping[str, Any]] | None) -> tuple[go.Figure, int]:
-    titles = ["FLOPs vs sequence length", "bytes touched vs sequence length",
-              "memory kept while decoding"]
+    titles = ["operations", "bytes touched", "memory kept while decoding"]
     if measured:
         fig = make_subplots(rows=2, cols=3, specs=[[{}, {}, {}], [{"colspan": 3}, None, None]],
                             subplot_titles=[*titles, "measured time (median of repeats)"],
@@ -1371,17 +1370,19 @@ def decay_data(q: Any, k: Any, v: Any, gammas: Sequence[float] = (1.0, 0.95, 0.9
 
 
 def _decay_title(g: float, mass: float, recent: int) -> str:
-    window = f"window ≈ 1/(1 − γ) = {1 / (1 - g):.0f} tokens" if g < 1 else "no decay"
-    return (f"γ = {g:g} ({window}): the last query puts {100 * mass:.0f}% of its weight "
-            f"on the last {recent} tokens")
+    window = f"window 1/(1 − γ) ≈ {1 / (1 - g):.0f} tokens" if g < 1 else "no decay: plain linear attention"
+    return (f"γ = {g:g}, {window}<br><sup>the last query puts {100 * mass:.0f}% of its weight on its "
+            f"{recent} most recent tokens</sup>")
 
 
 def _decay_traces(data: Mapping[str, Any], a: int, digits: int | None) -> list[go.BaseTraceType]:
     """The traces that change with γ: weights heatmap, last-row outline, last row as bars."""
     W = data["weights"][a]
     N = W.shape[0]
-    heat = _attention_trace(_mask_future(W, "weights"), zmin=0.0, zmax=float(W.max()), digits=digits,
-                            colorbar={"title": {"text": "weight"}, "thickness": 12})
+    # colour range from the later rows: the first rows (few keys, weights near 1) would wash out the rest
+    zmax = float(W[N // 2:].max())
+    heat = _attention_trace(_mask_future(W, "weights"), zmin=0.0, zmax=zmax, digits=digits,
+                            colorbar={"title": {"text": ""}, "thickness": 8, "tickfont": {"size": 10}})
     bars = go.Bar(x=list(range(N)), y=_lst(W[-1], digits), marker={"color": OKABE_ITO[0]}, showlegend=False,
                   name="last query's weights", hovertemplate="key j=%{x}<br>weight=%{y:.3g}<extra></extra>")
     return [heat, _row_outline(N - 1, N), bars]
@@ -1389,9 +1390,9 @@ def _decay_traces(data: Mapping[str, Any], a: int, digits: int | None) -> list[g
 
 def _decay_build(data: Mapping[str, Any], a: int, digits: int | None, height: int) -> go.Figure:
     N = data["weights"].shape[1]
-    fig = make_subplots(rows=1, cols=2, column_widths=[0.55, 0.45], horizontal_spacing=0.16,
-                        subplot_titles=("causal weights, decayed by γ^(i − j)",
-                                        f"weights of the last query (i = {N - 1})"))
+    fig = make_subplots(rows=1, cols=2, column_widths=[0.55, 0.45], horizontal_spacing=0.17,
+                        subplot_titles=("causal weights ∝ γ^(i − j) φ(q_i)·φ(k_j)",
+                                        f"row i = {N - 1}, the last query"))
     fig.add_trace(_future_trace(N), row=1, col=1)
     for tr, c in zip(_decay_traces(data, a, digits), (1, 1, 2), strict=True):
         fig.add_trace(tr, row=1, col=c)
@@ -1402,8 +1403,9 @@ def _decay_build(data: Mapping[str, Any], a: int, digits: int | None, height: in
     fig.update_yaxes(title_text="weight", range=[0, top], row=1, col=2)
     g = data["gammas"][a]
     text = (f"Left: the {N} by {N} causal attention weights of linear attention with decay γ = {g:g}, "
-            f"future greyed, last row outlined; right: the last query's weights over the key positions. "
-            f"The smaller γ, the more weight sits near the diagonal.")
+            f"future greyed, last row outlined (colours saturate in the first rows, whose few weights are "
+            f"large); right: the last query's weights over the key positions. The smaller γ, the more "
+            f"weight sits near the diagonal.")
     _finish(fig, title=_decay_title(g, data["recent_mass"][a], data["recent"]), alt=text, height=height,
             title_font_size=14)
     return fig
