@@ -222,7 +222,7 @@ def environment(device: Any = None, dtype: Any = None) -> dict[str, Any]:
         "platform": platform.platform(),
         "dtype": None if dtype is None else _dtype_name(dtype),
         # other processes share the machine: their load shows in the numbers, so it is recorded too
-        "load_average_1min": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
+        "load_average_1min": round(os.getloadavg()[0], 2) if hasattr(os, "getloadavg") else None,
     }
     if dev.type == "cuda":
         meta["cuda"] = torch.version.cuda
