@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import html
 import re
+import warnings
 
 import numpy as np
 import plotly.graph_objects as go
@@ -17,7 +18,7 @@ import plotly.io as pio
 import pytest
 from _tolerances import assert_close
 
-from linattn_core import LinearAttentionState, get_feature_map, softmax_attention, viz
+from linattn_core import LinearAttentionState, get_feature_map, kernel_attention, softmax_attention, viz
 
 
 def arr(x) -> np.ndarray:
@@ -261,6 +262,21 @@ def test_performer_kernel_error_is_recomputable(curves):
         phi = get_feature_map("performer", d=8, num_features=64, seed=s, orthogonal=True, stabilize=False)
         errs.append(np.mean(np.abs(phi(q) @ phi(k).T - K) / K))
     assert_close(curves["variants"][("positive", True)]["kernel"][1], np.median(errs), what="kernel error")
+
+
+def test_performer_output_error_is_that_of_kernel_attention(curves):
+    q, k, v = viz.seeded_qkv(16, 8, 8, 0)
+    q, k = 0.75 * q, 0.75 * k
+    y = softmax_attention(q, k, v)
+    errs = []
+    for s in range(3):
+        phi = get_feature_map("performer", d=8, num_features=4, seed=s, orthogonal=False, stabilize=False,
+                              kind="trig")
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # trigonometric features: denominators <= 0
+            y_hat = kernel_attention(q, k, v, phi)
+        errs.append(np.linalg.norm(y_hat - y) / np.linalg.norm(y))
+    assert_close(curves["variants"][("trig", False)]["output"][0], np.median(errs), what="output error")
 
 
 def test_performer_figure_and_twin(curves):
