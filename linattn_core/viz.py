@@ -390,6 +390,8 @@ def state_figure(S: Any, z: Any, *, t: int | None = None, s_range: float | None 
     for tr, c in zip(_state_traces(S_, z_, s_range=s_range or _sym_range(S_)), (1, 2), strict=True):
         fig.add_trace(tr, row=1, col=c)
     _state_axes(fig, S_.shape, z_max if z_max is not None else _zmax(z_))
+    fig.update_xaxes(range=[min(0.0, 1.05 * float(z_.min())), z_max if z_max is not None else _zmax(z_)],
+                     row=1, col=2)  # the identity map's z can be negative
     at = f" after step t = {t}" if t is not None else ""
     text = alt or (f"Heatmap of the {S_.shape[0]} by {S_.shape[1]} state S{at} on a diverging scale centred "
                    f"on zero, beside a bar chart of the {S_.shape[0]} entries of z.")
@@ -564,7 +566,9 @@ def matrix_vs_state_data(q: Any, k: Any, v: Any, feature_map: Any = "elu+1", *, 
         raise ValueError(f"q, k must be (N, d) and v (N, d_v) with the same N; got q {q_.shape}, "
                          f"k {k_.shape}, v {v_.shape}")
     (N, d), d_v = q_.shape, v_.shape[1]
-    name, phi = resolve_feature_map(feature_map, d=d)
+    # cosFormer's positions need M up front to stream: the whole sequence, as in the matrix form
+    extra = {"max_len": N} if feature_map == "cosformer" else {}
+    name, phi = resolve_feature_map(feature_map, d=d, **extra)
     phi_q, phi_k = _features(phi, q_, k_, causal=True)  # (N, d_phi) each
     scores = phi_q @ phi_k.T  # (N, N)
     with warnings.catch_warnings():

@@ -133,6 +133,8 @@ def test_state_figure_shows_S_and_z():
     assert_close(arr(heat.z), S, what="S heatmap")
     assert_close(arr(bars.x), z, what="z bars")
     assert heat.zmid == 0 and heat.zmin == -heat.zmax == -np.abs(S).max()
+    signed = viz.state_figure(S, -z)  # the identity map's z can be negative: the bar axis must show it
+    assert signed.layout.xaxis2.range[0] <= -z.max()
 
 
 # --- matrix view vs state view -------------------------------------------------------------------
@@ -154,6 +156,14 @@ def test_matrix_vs_state_data_matches_a_plain_loop(mvs):
         assert_close(data["y_state"][t], fq[t] @ S / (fq[t] @ z), what=f"y_{t}")
     assert_close(data["y_matrix"], data["y_state"], what="matrix vs state")
     assert_close(data["scores"], fq @ fk.T, what="scores")
+
+
+@pytest.mark.parametrize("name", ["identity", "cosformer", "performer"])
+def test_matrix_vs_state_data_streams_every_map(name):
+    q, k, v = viz.seeded_qkv(6, 3, 2, seed=1)
+    q, k = q + 1.0, k + 1.0  # keep the identity map's denominators away from zero
+    data = viz.matrix_vs_state_data(q, k, v, name)
+    assert_close(data["y_matrix"], data["y_state"], what=f"{name}: matrix vs state")
 
 
 def test_matrix_vs_state_figure_draws_step_t(mvs):
