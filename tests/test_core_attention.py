@@ -214,3 +214,25 @@ def test_kernel_attention_low_precision(mk, backend, dtype, device, causal):
     q64, k64 = to_numpy(q), to_numpy(k)  # the same rounded inputs, in float64
     expected = kernel_reference(phi(q64), phi(k64), to_numpy(v), causal=causal)[0]
     assert_close(out, expected, dtype=dtype, what=f"kernel_attention {backend} {dtype}")
+
+
+# --- the numpy path stays light -------------------------------------------------------------------
+def test_numpy_path_imports_neither_torch_nor_plotly():
+    # CONTRIBUTING: torch is imported only when a torch tensor arrives (a cold import costs seconds
+    # per notebook), and plotly only by the figure modules. A fresh interpreter shows what is imported.
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, numpy as np\n"
+        "import linattn_core as L\n"
+        "q, k, v = np.random.default_rng(0).standard_normal((3, 2, 9, 4))\n"
+        "L.softmax_attention(q, k, v, causal=True)\n"
+        "L.kernel_attention(q, k, v, 'performer', causal=True)\n"
+        "L.linear_attention(q, k, v, 'cosformer', causal=True, method='chunked', chunk_size=4)\n"
+        "s = L.LinearAttentionState(4, 4); s.step(q[0, 0], k[0, 0], v[0, 0])\n"
+        "print(sorted(m for m in ('torch', 'plotly') if m in sys.modules))\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[]", f"imported on the numpy path: {result.stdout.strip()}"
