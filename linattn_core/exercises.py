@@ -38,6 +38,7 @@ from typing import Any
 
 import numpy as np
 
+# ``list`` (exercises.list()) is deliberately not exported: a star import must not shadow the builtin.
 __all__ = [
     "EXERCISES",
     "Exercise",
@@ -47,7 +48,6 @@ __all__ = [
     "elu_plus_one",
     "kernel_attention",
     "kv_cache_bytes",
-    "list",
     "performer_features",
     "score_matrix_bytes",
     "softmax_attention",

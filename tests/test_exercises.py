@@ -623,3 +623,10 @@ def test_instructors_table_matches_the_exercises():
         assert chapter.endswith(f"<{ex.chapter}>`"), (name, chapter)
         assert stars == "★" * ex.difficulty, (name, stars)
         assert minutes == f"{ex.minutes} min", (name, minutes)
+
+
+def test_star_import_does_not_shadow_builtins():
+    namespace: dict = {}
+    exec("from linattn_core.exercises import *", namespace)
+    assert "list" not in namespace
+    assert namespace["softmax_attention"] is exercises.softmax_attention
