@@ -12,6 +12,10 @@ from hypothesis.extra import numpy as hnp
 
 from linattn_core import kernel_attention, linear_attention, softmax_attention
 
+# relu, cosformer and identity features can give denominators <= 0; the library warns (tested in
+# test_core_errors.py). Here those rows are compared like any other, so the warning is only noise.
+pytestmark = pytest.mark.filterwarnings("ignore:.*denominator:RuntimeWarning")
+
 BATCHES = st.sampled_from([(), (2,), (1, 3)])
 SEEDS = st.integers(0, 2**32 - 1)
 
