@@ -309,7 +309,7 @@ def _timing_from(times: Sequence[float], number: int, first: float) -> Timing:
 
 
 def time_call(fn: Callable[[], Any], *, device: Any = None, min_run_time: float = 0.2, min_repeats: int = 5,
-              max_run_time: float = 2.0) -> Timing:
+              max_run_time: float = 2.0, max_first_s: float | None = None) -> Timing:
     """Time ``fn()``: one warm-up call, then repeated timed blocks; median and quartiles per call.
 
     Parameters
@@ -326,6 +326,9 @@ def time_call(fn: Callable[[], Any], *, device: Any = None, min_run_time: float 
         Timed blocks aimed for at least, as long as ``max_run_time`` allows (3 at least in any case).
     max_run_time : float
         Seconds of timed work aimed for at most, unless 3 calls take longer.
+    max_first_s : float, optional
+        If the warm-up call alone takes longer, it is returned as the only sample (``repeats == 1``):
+        repeating it would spend a time budget several times over.
 
     Returns
     -------
@@ -342,6 +345,8 @@ def time_call(fn: Callable[[], Any], *, device: Any = None, min_run_time: float 
     fn()  # warm-up: lazy initialisation, allocator warm-up, caches
     sync()
     first = time.perf_counter() - start
+    if max_first_s is not None and first > max_first_s:
+        return _timing_from([first], 1, first)
     # Enough work for min_repeats blocks, within max_run_time unless even 3 calls exceed it.
     run_time = max(min_run_time, min(min_repeats * first, max(max_run_time, 3 * first)))
     if device is None:
@@ -757,9 +762,9 @@ def sweep(methods: Sequence[Method], lengths: Iterable[int], *, d: int = 64, d_v
     last: dict[str, tuple[int, float]] = {}  # label -> (N, seconds per call) of its last measurement
     over: dict[str, str] = {}  # label -> why its longer lengths are skipped
     gen = torch.Generator(device="cpu").manual_seed(seed)
-    start = time.perf_counter()
     with num_threads(threads), _progress(len(methods) * len(lengths), progress) as bar:
         meta = environment(dev, tdtype)  # inside: it records the number of threads in use
+        start = time.perf_counter()
         for N in lengths:
             # (batch=1, heads, N, d): fused kernels expect 4-D inputs (PyTorch's CPU SDPA falls back to
             # its unfused, N x N path for 3-D ones)
@@ -821,22 +826,13 @@ def _measure(rec: Record, m: Method, qkv: tuple[Any, Any, Any], dev: Any, last: 
              max_run_time: float, measure_memory: bool) -> None:
     q, k, v = qkv
     call = lambda: m.fn(q, k, v)  # noqa: E731  (a closure over this length's inputs)
-    sync = _synchronizer(dev)
     try:
-        sync()
-        t0 = time.perf_counter()
-        call()
-        sync()
-        first = time.perf_counter() - t0
-        if first > max_call_s:
-            # One call is the measurement: repeating it would spend the budget several times over.
-            rec.median_s = rec.q25_s = rec.q75_s = first
-            rec.repeats = 1
-            over[m.label] = f"took {first:.2g} s per call at N={rec.N}, over the {max_call_s:g} s budget"
-        else:
-            t = time_call(call, device=dev, min_run_time=min_run_time, min_repeats=min_repeats,
-                          max_run_time=max_run_time)
-            rec.median_s, rec.q25_s, rec.q75_s, rec.repeats = t.median_s, t.q25_s, t.q75_s, t.repeats
+        t = time_call(call, device=dev, min_run_time=min_run_time, min_repeats=min_repeats,
+                      max_run_time=max_run_time, max_first_s=max_call_s)
+        rec.median_s, rec.q25_s, rec.q75_s, rec.repeats = t.median_s, t.q25_s, t.q75_s, t.repeats
+        if t.first_call_s > max_call_s:
+            over[m.label] = (f"took {t.first_call_s:.2g} s per call at N={rec.N}, over the {max_call_s:g} s "
+                             "budget")
         if measure_memory:
             rec.peak_bytes, rec.peak_source = peak_memory(call, device=dev)
     except Exception as exc:

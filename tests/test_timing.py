@@ -413,3 +413,14 @@ def test_sweep_inputs_are_seeded_4d_heads():
         T.sweep([T.Method("linear", False, record_inputs)], [16], device="cpu", **dict(SMALL, d_v=4))
     assert set(shapes) == {((1, 2, 16, 8), (1, 2, 16, 4), torch.float32)}  # (batch, heads, N, d)
     assert len(set(firsts)) == 1  # same seed, same inputs
+
+
+def test_time_call_stops_after_a_slow_first_call():
+    calls = []
+
+    def slow():
+        calls.append(1)
+        time.sleep(0.03)
+
+    t = T.time_call(slow, device="cpu", max_first_s=0.01)
+    assert len(calls) == 1 and t.repeats == 1 and t.median_s == t.first_call_s >= 0.03
