@@ -41,6 +41,7 @@ NOTEBOOKS = ROOT / "notebooks"
 BIB = BOOK / "references.bib"
 REPOSITORY = "https://github.com/linattn/linattn"
 BRANCH = "main"
+COLAB = "https://colab.research.google.com"
 
 KERNELSPEC = {"display_name": "Python 3", "language": "python", "name": "python3"}
 ADMONITIONS = {
@@ -346,11 +347,13 @@ def convert_markdown(src: str, ctx: PageContext) -> str:
 # Notebooks
 # --------------------------------------------------------------------------------------------------
 def header_cell(stem: str, title: str) -> nbformat.NotebookNode:
+    colab = f"{COLAB}/github/{REPOSITORY.split('github.com/')[1]}/blob/{BRANCH}/notebooks/{stem}.ipynb"
     source = (
-        f"*This notebook is the chapter **{title}** of the book *Linear attention, step by step*. "
-        f"It is generated from [`book/{stem}.md`]({REPOSITORY}/blob/{BRANCH}/book/{stem}.md) by "
-        "`scripts/sync_notebooks.py`: edit that file, not this one. Run the first code cell on "
-        "Colab or in a fresh environment: it installs `linattn_core` if it is missing.*"
+        f"> This notebook is the chapter **{title}** of the book *Linear attention, step by step*, "
+        f"generated from [`book/{stem}.md`]({REPOSITORY}/blob/{BRANCH}/book/{stem}.md) by "
+        "`scripts/sync_notebooks.py` (edit that file, not this one). Run the first code cell "
+        "first: on Colab or in a fresh environment it installs `linattn_core`. "
+        f"[Open in Colab]({colab})"
     )
     return nbformat.v4.new_markdown_cell(source)
 
