@@ -50,7 +50,7 @@ class Config:
     matmul_sizes: tuple[int, ...] = (2048, 4096)
     min_run_time: float = 0.1
     max_run_time: float = 1.0
-    max_call_s: float = 4.0
+    max_call_s: float = 8.0
     budget_s: float | None = 600.0
     threads: int | None = None
 
@@ -90,7 +90,8 @@ def _time(r: T.Record | None) -> tuple[float | None, str]:
     if r.measured:
         return r.median_s, ""
     if r.predicted_s is not None:
-        return r.predicted_s, f"{r.label} predicted, not measured ({r.skipped})"
+        return r.predicted_s, (f"{r.label} not measured: {r.predicted_s:.2g} s per call extrapolated from a "
+                               "shorter length")
     return None, f"{r.label} skipped: {r.skipped}"
 
 

@@ -96,7 +96,7 @@ def test_targets_from_records():
     assert_close(t["causal: auto vs SDPA at N=16384"].value, 20.0, dtype="float64")
     predicted = t["causal: auto vs SDPA at N=65536"]  # from the extrapolated SDPA time, and says so
     assert_close(predicted.value, 60.0, dtype="float64")
-    assert "predicted, not measured" in predicted.note
+    assert "not measured: 30 s per call extrapolated" in predicted.note
     assert t["non-causal: linear vs SDPA at N=16384"].verdict == "FAIL"
     assert t["chunked GFLOP/s / matmul GFLOP/s at N=4096"].verdict == "PASS"
     assert t["chunked GFLOP/s / matmul GFLOP/s at N=16384"].verdict == "FAIL"
