@@ -480,6 +480,16 @@ def _arrange(fig: go.Figure, *, height: int, legend_rows: int = 0, axis_px: int 
     return fig
 
 
+def _frame(name: str, traces: Sequence[int], data: Sequence[go.BaseTraceType], **kw: Any) -> go.Frame:
+    """A frame that updates ``data`` into the traces ``traces``. Colour bars are dropped from the frame's
+    traces: plotly.js would replace the placed colour bar of the figure's trace with the frame's."""
+    data = list(data)
+    for tr in data:
+        if "colorbar" in tr:
+            tr.colorbar = None
+    return go.Frame(name=name, traces=list(traces), data=data, **kw)
+
+
 def _visibility(groups: Sequence[int], n_shared: int, chosen: int) -> list[bool]:
     """``visible`` per trace: shared traces always, group traces only for the chosen group."""
     return [True] * n_shared + [g == chosen for g in groups]
@@ -712,8 +722,8 @@ def matrix_vs_state_twin(datas: Mapping[str, Mapping[str, Any]], *, t0: int = 0,
         tr.visible = groups[i] == 0
     _mvs_axes(fig, first)
     dyn_idx = [g * _MVS_PER_GROUP + j for g in range(len(labels)) for j in range(2, _MVS_PER_GROUP)]
-    fig.frames = [go.Frame(name=f"t={t}", traces=dyn_idx,
-                           data=[tr for lab in labels for tr in _mvs_dynamic(datas[lab], t, digits)])
+    fig.frames = [_frame(f"t={t}", dyn_idx,
+                           [tr for lab in labels for tr in _mvs_dynamic(datas[lab], t, digits)])
                   for t in range(N)]
     args = [[{"visible": [gi == g for gi in groups]}, _mvs_axis_ranges(datas[lab])]
             for g, lab in enumerate(labels)]
@@ -1047,8 +1057,8 @@ def performer_twin(curves: Mapping[str, Any], *, digits: int = SIG_DIGITS, heigh
             groups.append(g)
     _perf_axes(fig, curves)
     idx = list(range(n_shared, len(fig.data)))
-    fig.frames = [go.Frame(name=f"m={m}", traces=idx,
-                           data=[tr for kind, orth in PERFORMER_VARIANTS
+    fig.frames = [_frame(f"m={m}", idx,
+                           [tr for kind, orth in PERFORMER_VARIANTS
                                  for tr in _perf_selected(curves, kind, orth, a, digits)])
                   for a, m in enumerate(ms)]
     labels = [_variant_label(kind, orth) for kind, orth in PERFORMER_VARIANTS]
@@ -1242,8 +1252,8 @@ def cost_twin(*, ds: Sequence[int] = (16, 32, 64, 128), d_vs: Sequence[int] = (1
           "bytes": (np.log10(b.min()) - 0.2, np.log10(b.max()) + 0.2)}
     _cost_axes(fig, bool(measured), yr)
     idx = list(range(n_shared, len(fig.data)))
-    fig.frames = [go.Frame(name=f"d={d}", traces=idx,
-                           data=[tr for dv in d_vs
+    fig.frames = [_frame(f"d={d}", idx,
+                           [tr for dv in d_vs
                                  for tr in _cost_traces(N_, N_, d, dv, None, itemsize, digits)])
                   for d in ds]
     fig.update_layout(
@@ -1339,7 +1349,7 @@ def chunk_twin(N: int = 16, chunk_sizes: Sequence[int] = (1, 2, 3, 4, 5, 8, 16),
     if c0 not in sizes:
         raise ValueError(f"c0={c0} must be one of chunk_sizes={sizes}")
     fig = chunk_diagram(N, c0)
-    fig.frames = [go.Frame(name=f"C={c}", data=_chunk_traces(N, c), traces=[0, 1],
+    fig.frames = [_frame(f"C={c}", [0, 1], _chunk_traces(N, c),
                            layout={"title": {"text": _chunk_title(N, c)}}) for c in sizes]
     fig.update_layout(sliders=[_slider(sizes, [f"C={c}" for c in sizes], prefix="chunk size C = ",
                                        active=sizes.index(c0))])
@@ -1431,7 +1441,7 @@ def decay_twin(data: Mapping[str, Any], *, g0: float | None = None, digits: int 
     if g0 not in gs:
         raise ValueError(f"g0 must be one of {gs}, got {g0}")
     fig = _decay_build(data, gs.index(g0), digits, height)
-    fig.frames = [go.Frame(name=f"γ={g:g}", traces=[1, 2, 3], data=_decay_traces(data, a, digits),
+    fig.frames = [_frame(f"γ={g:g}", [1, 2, 3], _decay_traces(data, a, digits),
                            layout={"title": {"text": _decay_title(g, mass, data["recent"])}})
                   for a, (g, mass) in enumerate(zip(gs, data["recent_mass"], strict=True))]
     fig.update_layout(sliders=[_slider([f"{g:g}" for g in gs], [f"γ={g:g}" for g in gs],
