@@ -141,6 +141,29 @@ def test_low_precision(mk, backend, dtype, method, device):
     assert_close(out, expected, dtype=dtype, what=f"{backend} {dtype} {method}")
 
 
+HALF = [("numpy", "float16"), ("torch", "float16"), ("torch", "bfloat16")]
+
+
+@pytest.mark.parametrize("method", ["kernel", "full", "recurrent", "cumsum", "chunked", "auto"])
+@pytest.mark.parametrize(("backend", "dtype"), HALF, ids=[f"{b}-{t}" for b, t in HALF])
+def test_half_precision_accumulates_in_float32(mk, backend, dtype, method):
+    # 2000 tokens of features up to ~20: the sums in S, z and the scores reach ~1e6, past float16's
+    # largest value (65504), and bfloat16 (8 bits of mantissa) would drop most of the small terms.
+    # Accumulating in float32, as the contract says, keeps the output right to the dtype's rounding.
+    n = 2000
+    q, k, v = mk.qkv((), n, d=8, d_v=4, seed=17, scale=5.0, backend=backend, dtype=dtype)
+    causal = method != "full"
+    if method == "kernel":
+        out = kernel_attention(q, k, v, "elu+1", causal=True)
+    elif method == "full":
+        out = linear_attention(q, k, v, "elu+1")
+    else:
+        out = linear_attention(q, k, v, "elu+1", causal=True, method=method)
+    assert out.dtype == q.dtype
+    expected = kernel_attention(to_numpy(q), to_numpy(k), to_numpy(v), "elu+1", causal=causal)
+    assert_close(out, expected, dtype=dtype, what=f"{backend} {dtype} {method}, N={n}")
+
+
 # --- gradients --------------------------------------------------------------------------------------
 GRAD_MAPS = ["elu+1", "softplus", "performer", "cosformer"]
 
