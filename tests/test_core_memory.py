@@ -88,6 +88,15 @@ def test_numpy_peak_memory_is_linear_in_n(mode):
     assert peak < 6 * quarter, f"peak grew {peak / quarter:.1f}x for 4x the tokens (linear: 4x)"
 
 
+@pytest.mark.parametrize("method", ["recurrent", "cumsum", "chunked"])
+def test_numpy_every_causal_method_stays_far_below_n_squared(method):
+    # a shorter sequence, so the step loop of "recurrent" stays quick; N^2 float32 would be 1.6 GB
+    n = 20_000
+    peak = numpy_peak(n, {"causal": True, "method": method})
+    assert peak < PEAK_FACTOR * io_bytes(n), f"{method}: peak {peak / 1e6:.0f} MB"
+    assert peak < n * n * 4 / 10, f"{method}: peak {peak / 1e6:.0f} MB, a tenth of an N x N matrix"
+
+
 @pytest.mark.parametrize("mode", list(MODES))
 def test_torch_cpu_peak_memory_is_far_below_n_squared(mode):
     pytest.importorskip("torch")

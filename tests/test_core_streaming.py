@@ -90,20 +90,22 @@ def test_state_nbytes_is_constant(mk, batch):
     assert state.nbytes >= (8 * 5 + 8) * 8 * math.prod(batch)
 
 
+@pytest.mark.parametrize("map_name", ["elu+1", "performer", "cosformer"])
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
-def test_state_like_torch_tensor(mk, device, dtype):
+def test_state_like_torch_tensor(mk, device, dtype, map_name):
     import torch
 
     n, d, d_v = 20, 8, 5
     q, k, v = mk.qkv((2,), n, d=d, d_v=d_v, seed=6, backend="torch", dtype=dtype, device=device)
-    state = LinearAttentionState(d, d_v, batch_shape=(2,), like=q)
+    phi = mk.feature_map(map_name, d, max_len=n)
+    state = LinearAttentionState(d, d_v, phi, batch_shape=(2,), like=q)
     for name in ("S", "z"):
         x = getattr(state, name)
         assert isinstance(x, torch.Tensor) and x.dtype == q.dtype and x.device == q.device, name
     out = stream(state, q, k, v)
     assert isinstance(out, torch.Tensor) and out.dtype == q.dtype and out.device == q.device
-    expected = linear_attention(to_numpy(q), to_numpy(k), to_numpy(v), causal=True)
-    assert_close(out, expected, dtype=dtype, what=f"torch state ({dtype}, {device})")
+    expected = linear_attention(to_numpy(q), to_numpy(k), to_numpy(v), phi, causal=True)
+    assert_close(out, expected, dtype=dtype, what=f"torch state ({dtype}, {device}) [{map_name}]")
 
 
 def test_state_numpy_float32(mk):
