@@ -603,6 +603,16 @@ def _softmax_rows(s: np.ndarray, axis: int = -1) -> np.ndarray:
     return w / w.sum(axis=axis, keepdims=True)
 
 
+def _global_shift_softmax(s: np.ndarray) -> np.ndarray:
+    w = np.exp(s - s.max())
+    return w / w.sum(axis=-1, keepdims=True)
+
+
+def _whole_softmax(s: np.ndarray) -> np.ndarray:
+    w = np.exp(s - s.max())
+    return w / w.sum()
+
+
 def _row_normalise(a: np.ndarray, v: np.ndarray, eps: float | None = _EPS) -> np.ndarray:
     # a: (..., N_q, N_k) scores, v: (..., N_k, d_v); eps=None: no clamp
     den = a.sum(-1) if eps is None else np.maximum(a.sum(-1), eps)
@@ -664,6 +674,13 @@ def _softmax_mistakes() -> builtins.list:
                  "over the keys must sum to 1: use axis=-1 with keepdims=True."),
         _Mistake(lambda q, k, v: np.exp(q @ _t(k) / np.sqrt(q.shape[-1])) @ v,
                  "you forgot to normalise: divide exp(scores) by its row sums."),
+        _Mistake(lambda q, k, v: _global_shift_softmax(q @ _t(k) / np.sqrt(q.shape[-1])) @ v,
+                 "you subtracted the maximum of the whole score array; subtract each row's own "
+                 "maximum (axis=-1, keepdims=True). With one global shift, rows whose scores are "
+                 "all far below it underflow to 0/0."),
+        _Mistake(lambda q, k, v: _whole_softmax(q @ _t(k) / np.sqrt(q.shape[-1])) @ v,
+                 "you normalised over the whole score matrix (a sum without axis); each row must "
+                 "sum to 1: sum over axis=-1 with keepdims=True."),
         _Mistake(lambda q, k, v: np.exp(q @ _t(k) / np.sqrt(q.shape[-1])
                                         - (q @ _t(k) / np.sqrt(q.shape[-1])).max(-1, keepdims=True))
                  @ v,

@@ -187,6 +187,18 @@ def sm_einsum_2d(q, k, v):  # works without batch dims only, no exception with t
     return _softmax(s) @ v
 
 
+def sm_global_max(q, k, v):
+    s = q @ sw(k) / np.sqrt(q.shape[-1])
+    w = np.exp(s - s.max())
+    return w / w.sum(-1, keepdims=True) @ v
+
+
+def sm_whole_matrix(q, k, v):
+    s = q @ sw(k) / np.sqrt(q.shape[-1])
+    w = np.exp(s - s.max())
+    return w / w.sum() @ v
+
+
 def sm_wrong_axis(q, k, v):
     return _softmax(q @ sw(k) / np.sqrt(q.shape[-1]), axis=-2) @ v
 
@@ -424,6 +436,8 @@ WRONG = [
     ("softmax_attention", sm_dot_T, "works without batch dimensions"),
     ("softmax_attention", sm_einsum_2d, "works without batch dimensions"),
     ("softmax_attention", sm_wrong_axis, "normalised over the wrong axis"),
+    ("softmax_attention", sm_global_max, "maximum of the whole score array"),
+    ("softmax_attention", sm_whole_matrix, "normalised over the whole score matrix"),
     ("softmax_attention", sm_dv_scale, "1/sqrt(d_v)"),
     ("softmax_attention", sm_weights, "returned the attention weights"),
     ("softmax_attention", sm_float32, "not float64"),
