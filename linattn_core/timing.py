@@ -998,7 +998,7 @@ class CostModel:
 
 def crossover_length(model: CostModel, slow: str = "softmax_naive", fast: str = "chunked", *, d: int = 64,
                      d_v: int = 64, causal: bool = False, chunk_size: int = 64, d_phi: int | None = None,
-                     itemsize: int = 4, n_max: int = 2**30) -> int | None:
+                     batch_heads: int = 1, itemsize: int = 4, n_max: int = 2**30) -> int | None:
     """The sequence length from which on ``fast`` is at least as fast as ``slow`` according to ``model``.
 
     "From which on" matters when fixed overheads make ``fast`` win at tiny lengths, lose in between and win
@@ -1006,6 +1006,7 @@ def crossover_length(model: CostModel, slow: str = "softmax_naive", fast: str = 
     ``1 .. n_max`` are scanned on a logarithmic grid, then the crossing is bisected to the integer.
     ``causal`` applies to both methods, except that the causal-only forms (``recurrent``, ``cumsum``,
     ``chunked``, ``auto``) are always causal. Returns ``None`` if ``slow`` is still faster at ``n_max``.
+    ``batch_heads`` matters once the model has overheads: they are per call, the work is per head.
 
     Examples
     --------
@@ -1015,8 +1016,8 @@ def crossover_length(model: CostModel, slow: str = "softmax_naive", fast: str = 
     >>> crossover_length(CostModel(flop_rate=1e9, byte_rate=float("inf")), d=64, d_v=64)
     128
     """
-    _check_sizes(d=d, d_v=d_v, chunk_size=chunk_size, n_max=n_max)
-    common = dict(d_phi=d_phi, chunk_size=chunk_size, itemsize=itemsize)
+    _check_sizes(d=d, d_v=d_v, chunk_size=chunk_size, n_max=n_max, batch_heads=batch_heads)
+    common = dict(d_phi=d_phi, chunk_size=chunk_size, itemsize=itemsize, batch_heads=batch_heads)
 
     def fast_wins(n: int) -> bool:
         t_fast = model.time_s(fast, n, d, d_v, causal=causal or fast in _CAUSAL_ONLY, **common)

@@ -213,6 +213,11 @@ def test_crossover_closed_form():
     a, b, c = 256.0, -1664 * 1e3, 1e-2 * 1e9
     root = (-b + math.sqrt(b * b - 4 * a * c)) / (2 * a)
     assert T.crossover_length(quirky, "softmax_naive", "linear") == math.ceil(root)
+    # overheads are per call, work is per head: two heads halve the weight of softmax's overhead, so the
+    # range where linear loses widens and the crossover moves out
+    two_heads = T.crossover_length(quirky, "softmax_naive", "linear", batch_heads=2)
+    root2 = (-b + math.sqrt(b * b - 4 * a * c / 2)) / (2 * a)
+    assert two_heads == math.ceil(root2) > math.ceil(root)
     # fixed per-call overhead with no other cost: the linear form never wins
     never = T.CostModel(flop_rate=math.inf, byte_rate=math.inf, overhead_s={"chunked": 1.0})
     assert T.crossover_length(never, n_max=2**20) is None
