@@ -60,7 +60,17 @@ def test_static_renderer_emits_aria_labelled_html_without_cdn(restore_renderer):
 def test_static_renderer_does_not_autoplay_frames(restore_renderer):
     out = viz.figure_html(viz.chunk_twin(6, (1, 2, 3), c0=2))
     assert "Plotly.addFrames" in out
-    assert "Plotly.animate" not in out
+    assert "Plotly.animate('" not in out, "plotly's autoplay call (Plotly.animate('<id>', null)) is there"
+
+
+def test_static_twins_are_keyboard_usable_and_plain_figures_stay_plain():
+    twin = viz.figure_html(viz.chunk_twin(6, (1, 2, 3), c0=2))
+    assert 'tabindex="0"' in twin and "aria-describedby=" in twin and 'aria-live="polite"' in twin
+    hint = twin.split("<figcaption")[1].split("</figcaption>")[0]
+    assert "ArrowRight" in twin and "← → move the slider" in hint and "menu" not in hint
+    assert "cdn" not in twin.lower() and "https://" not in twin
+    plain = viz.figure_html(viz.chunk_diagram(4, 2))
+    assert "tabindex" not in plain and "ArrowRight" not in plain
 
 
 def test_alt_text_falls_back_to_the_title():

@@ -60,6 +60,8 @@ def test_static_twin_controls_all_change_the_figure(name):
     fig = SMALL[name](True)
     assert fig.layout.sliders or fig.layout.updatemenus, "a static twin needs a control"
     names = {f.name for f in fig.frames}
+    assert not any("colorbar" in json.dumps(f.to_plotly_json()) for f in fig.frames), \
+        "a frame must not carry a colour bar (plotly.js would move the placed one)"
     for slider in fig.layout.sliders:
         targets = [step.args[0][0] for step in slider.steps]
         assert len(set(targets)) == len(targets) and set(targets) <= names, "one frame per slider value"
