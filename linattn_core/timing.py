@@ -408,8 +408,9 @@ def peak_memory(fn: Callable[[], Any], *, device: Any = None) -> tuple[int | Non
     - CUDA: ``torch.cuda.max_memory_allocated`` after ``reset_peak_memory_stats`` (the caching
       allocator's exact peak of live tensors);
     - CPU, torch (Linux): the process's peak resident set size (``VmHWM``, reset through
-      ``/proc/self/clear_refs``) minus the resident size before the call. This counts every page the call
-      touches (tensors and anything else); it is exact for large tensors and noisy by tens of kB;
+      ``/proc/self/clear_refs``) minus the resident size before the call. This counts every new page the
+      call touches (tensors and anything else): exact for large tensors (their own pages), while many small
+      allocations can be served from memory the process already holds and then go unseen;
     - numpy (``device=None``): the peak of ``tracemalloc``, which numpy reports its buffers to;
     - MPS, or a CPU without ``/proc``: not measured (``None``).
 
