@@ -86,10 +86,12 @@ class BookIndex:
     labels: dict[str, tuple[str, str]] = field(default_factory=dict)  # label -> (page stem, title)
     citations: dict[str, tuple[str, str]] = field(default_factory=dict)  # key -> (authors year, url)
     notebooks: set[str] = field(default_factory=set)  # stems of the pages that get a notebook
+    equations: dict[str, tuple[str, int]] = field(default_factory=dict)  # label -> (page, number)
 
 
 _LABEL_LINE = re.compile(r"^\(([A-Za-z0-9_:.-]+)\)=\s*$")
 _HEADING = re.compile(r"^(#{1,6})\s+(.*\S)\s*$")
+_MATH_LABEL = re.compile(r"^\$\$\s*\(([A-Za-z0-9_:.-]+)\)\s*$")
 
 
 def build_index(book: Path = BOOK, bib: Path = BIB) -> BookIndex:
@@ -110,6 +112,10 @@ def build_index(book: Path = BOOK, bib: Path = BIB) -> BookIndex:
             if opener and ("{code-cell}" in line or not re.search(r"\{[a-z-]+\}", line)):
                 fence = opener.group(1)
                 continue
+            equation = _MATH_LABEL.match(line.strip())
+            if equation and equation.group(1) not in index.equations:
+                count = sum(1 for page_, _ in index.equations.values() if page_ == page.stem)
+                index.equations[equation.group(1)] = (page.stem, count + 1)
             label = _LABEL_LINE.match(line)
             if label:
                 pending.append(label.group(1))
@@ -168,7 +174,6 @@ _ROLE = re.compile(r"\{([a-z][a-z0-9:_-]*)\}`([^`]*)`")
 _TEXT_TARGET = re.compile(r"^(.*?)\s*<([^<>]+)>$", re.S)
 _FENCE_OPEN = re.compile(r"^(\s*)(`{3,}|:{3,})\s*\{([A-Za-z0-9_:-]+)\}\s*(.*?)\s*$")
 _PLAIN_FENCE = re.compile(r"^(\s*)(`{3,}|~{3,})(.*)$")
-_MATH_LABEL = re.compile(r"^\$\$\s*\(([A-Za-z0-9_:.-]+)\)\s*$")
 
 
 @dataclass
@@ -220,8 +225,13 @@ def convert_role(name: str, content: str, ctx: PageContext) -> str:
         text = text or index.titles.get(stem, stem)
         return f"[{text}]({_page_link(stem)})"
     if name in ("eq", "math:numref"):
-        number = ctx.equations.get(content.strip())
-        return f"({number})" if number is not None else f"({content.strip()})"
+        label = content.strip()
+        if label in ctx.equations:
+            return f"({ctx.equations[label]})"
+        if label in index.equations:  # an equation of another page
+            page, number = index.equations[label]
+            return f"equation ({number}) of [{index.titles.get(page, page)}]({_page_link(page)})"
+        return f"({label})"
     if name.startswith("cite"):
         parts = []
         for key in (k.strip() for k in content.split(",")):

@@ -170,6 +170,7 @@ def _ctx(**equations):
         citations={"vaswani2017attention": ("Vaswani et al., 2017", "https://arxiv.org/abs/1706.03762"),
                    "rahimi2007random": ("Rahimi and Recht, 2007", "")},
         notebooks={"softmax", "causal"},
+        equations={"eq-softmax-row": ("softmax", 2)},
     )
     return sync.PageContext("causal", index, dict(equations))
 
@@ -182,6 +183,7 @@ def _ctx(**equations):
     ("{doc}`reading <further_reading>`",
      "[reading](https://github.com/linattn/linattn/blob/main/book/further_reading.md)"),
     ("by {eq}`eq-state`", "by (2)"),
+    ("from {eq}`eq-softmax-row`", "from equation (2) of [Softmax attention](softmax.ipynb)"),
     ("as in {cite}`vaswani2017attention`", "as in ([Vaswani et al., 2017](https://arxiv.org/abs/1706.03762))"),
     ("{cite:t}`rahimi2007random` showed", "Rahimi and Recht (2007) showed"),
     ("{cite}`vaswani2017attention,rahimi2007random`",
@@ -261,6 +263,11 @@ def test_book_index_reads_titles_labels_and_citations(book_index):
     for chapter in CHAPTERS:
         assert chapter.stem in index.titles
         assert not index.titles[chapter.stem].startswith("On Colab")  # a code comment is no title
+    for chapter in CHAPTERS:  # the book-wide equation numbers are the page's own numbers
+        nb = sync.jupytext.read(chapter)
+        own = sync.number_equations([c.source for c in nb.cells if c.cell_type == "markdown"])
+        assert own == {label: n for label, (page, n) in index.equations.items()
+                       if page == chapter.stem}, chapter.stem
     if sync.BIB.exists():
         who, url = index.citations["katharopoulos2020transformers"]
         assert who == "Katharopoulos et al., 2020" and url.startswith("https://")
