@@ -549,14 +549,39 @@ def _arrange(fig: go.Figure, *, height: int, legend_rows: int = 0, axis_px: int 
     return fig
 
 
-def _frame(name: str, traces: Sequence[int], data: Sequence[go.BaseTraceType], **kw: Any) -> go.Frame:
-    """A frame that updates ``data`` into the traces ``traces``. Colour bars are dropped from the frame's
-    traces: plotly.js would replace the placed colour bar of the figure's trace with the frame's."""
-    data = list(data)
-    for tr in data:
-        if "colorbar" in tr:
-            tr.colorbar = None
-    return go.Frame(name=name, traces=list(traces), data=data, **kw)
+# What a frame may change in a trace: the data, plus the few attributes whose value depends on the step.
+# Everything else (hover templates, styles, colour bars) stays as the figure's trace has it; sending it
+# again would only fatten the page, and a colour bar in a frame would replace the placed one.
+_FRAME_KEYS = ("type", "x", "y", "z", "zmin", "zmax", "name", "customdata", "text")
+
+
+def _frames(fig: go.Figure, names: Sequence[str], traces: Sequence[int],
+            data: Sequence[Sequence[go.BaseTraceType]],
+            layouts: Sequence[Mapping[str, Any]] | None = None) -> list[go.Frame]:
+    """Frames ``names[f]`` updating the traces at indices ``traces`` of ``fig`` with ``data[f]``.
+
+    Only data keys are kept (:data:`_FRAME_KEYS`), and a key is left out when it has the same value in
+    every frame and in ``fig``'s own trace (e.g. the fixed x of a curve): no frame would change it.
+    """
+    rows = [[{k: _jsonable(v) for k, v in tr.to_plotly_json().items() if k in _FRAME_KEYS}
+             for tr in frame_data] for frame_data in data]
+    for j, idx in enumerate(traces):
+        own = {k: _jsonable(v) for k, v in fig.data[idx].to_plotly_json().items()}
+        for key in list(rows[0][j]) if rows else []:
+            if key != "type" and all(r[j].get(key) == own.get(key) for r in rows):
+                for r in rows:
+                    r[j].pop(key, None)
+    return [go.Frame(name=n, traces=list(traces), data=r, **({"layout": layouts[f]} if layouts else {}))
+            for f, (n, r) in enumerate(zip(names, rows, strict=True))]
+
+
+def _jsonable(v: Any) -> Any:
+    """Nested lists for numpy arrays and tuples (plotly returns either), so values compare with ==."""
+    if isinstance(v, np.ndarray):
+        return v.tolist()
+    if isinstance(v, (list, tuple)):
+        return [_jsonable(x) for x in v]
+    return v
 
 
 def _visibility(groups: Sequence[int], n_shared: int, chosen: int) -> list[bool]:
@@ -791,9 +816,9 @@ def matrix_vs_state_twin(datas: Mapping[str, Mapping[str, Any]], *, t0: int = 0,
         tr.visible = groups[i] == 0
     _mvs_axes(fig, first)
     dyn_idx = [g * _MVS_PER_GROUP + j for g in range(len(labels)) for j in range(2, _MVS_PER_GROUP)]
-    fig.frames = [_frame(f"t={t}", dyn_idx,
-                           [tr for lab in labels for tr in _mvs_dynamic(datas[lab], t, digits)])
-                  for t in range(N)]
+    fig.frames = _frames(fig, [f"t={t}" for t in range(N)], dyn_idx,
+                         [[tr for lab in labels for tr in _mvs_dynamic(datas[lab], t, digits)]
+                          for t in range(N)])
     args = [[{"visible": [gi == g for gi in groups]}, _mvs_axis_ranges(datas[lab])]
             for g, lab in enumerate(labels)]
     fig.update_layout(
@@ -1126,10 +1151,9 @@ def performer_twin(curves: Mapping[str, Any], *, digits: int = SIG_DIGITS, heigh
             groups.append(g)
     _perf_axes(fig, curves)
     idx = list(range(n_shared, len(fig.data)))
-    fig.frames = [_frame(f"m={m}", idx,
-                           [tr for kind, orth in PERFORMER_VARIANTS
-                                 for tr in _perf_selected(curves, kind, orth, a, digits)])
-                  for a, m in enumerate(ms)]
+    fig.frames = _frames(fig, [f"m={m}" for m in ms], idx,
+                         [[tr for kind, orth in PERFORMER_VARIANTS
+                           for tr in _perf_selected(curves, kind, orth, a, digits)] for a in range(len(ms))])
     labels = [_variant_label(kind, orth) for kind, orth in PERFORMER_VARIANTS]
     fig.update_layout(
         sliders=[_slider(ms, [f"m={m}" for m in ms], prefix="random features m = ", active=a0)],
@@ -1321,10 +1345,9 @@ def cost_twin(*, ds: Sequence[int] = (16, 32, 64, 128), d_vs: Sequence[int] = (1
           "bytes": (np.log10(b.min()) - 0.2, np.log10(b.max()) + 0.2)}
     _cost_axes(fig, bool(measured), yr)
     idx = list(range(n_shared, len(fig.data)))
-    fig.frames = [_frame(f"d={d}", idx,
-                           [tr for dv in d_vs
-                                 for tr in _cost_traces(N_, N_, d, dv, None, itemsize, digits)])
-                  for d in ds]
+    fig.frames = _frames(fig, [f"d={d}" for d in ds], idx,
+                         [[tr for dv in d_vs for tr in _cost_traces(N_, N_, d, dv, None, itemsize, digits)]
+                          for d in ds])
     fig.update_layout(
         sliders=[_slider(ds, [f"d={d}" for d in ds], prefix="key/query dim d = ", active=ds.index(d0),
                          length=0.6)],
@@ -1418,8 +1441,8 @@ def chunk_twin(N: int = 16, chunk_sizes: Sequence[int] = (1, 2, 3, 4, 5, 8, 16),
     if c0 not in sizes:
         raise ValueError(f"c0={c0} must be one of chunk_sizes={sizes}")
     fig = chunk_diagram(N, c0)
-    fig.frames = [_frame(f"C={c}", [0, 1], _chunk_traces(N, c),
-                           layout={"title": {"text": _chunk_title(N, c)}}) for c in sizes]
+    fig.frames = _frames(fig, [f"C={c}" for c in sizes], [0, 1], [_chunk_traces(N, c) for c in sizes],
+                         [{"title": {"text": _chunk_title(N, c)}} for c in sizes])
     fig.update_layout(sliders=[_slider(sizes, [f"C={c}" for c in sizes], prefix="chunk size C = ",
                                        active=sizes.index(c0))])
     text = (f"Interactive figure with a slider over the chunk size (values {', '.join(map(str, sizes))}). "
@@ -1510,9 +1533,10 @@ def decay_twin(data: Mapping[str, Any], *, g0: float | None = None, digits: int 
     if g0 not in gs:
         raise ValueError(f"g0 must be one of {gs}, got {g0}")
     fig = _decay_build(data, gs.index(g0), digits, height)
-    fig.frames = [_frame(f"γ={g:g}", [1, 2, 3], _decay_traces(data, a, digits),
-                           layout={"title": {"text": _decay_title(g, mass, data["recent"])}})
-                  for a, (g, mass) in enumerate(zip(gs, data["recent_mass"], strict=True))]
+    fig.frames = _frames(fig, [f"γ={g:g}" for g in gs], [1, 2, 3],
+                         [_decay_traces(data, a, digits) for a in range(len(gs))],
+                         [{"title": {"text": _decay_title(g, mass, data["recent"])}}
+                          for g, mass in zip(gs, data["recent_mass"], strict=True)])
     fig.update_layout(sliders=[_slider([f"{g:g}" for g in gs], [f"γ={g:g}" for g in gs],
                                        prefix="decay γ = ", active=gs.index(g0))])
     N = data["weights"].shape[1]
