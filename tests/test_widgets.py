@@ -77,6 +77,17 @@ def test_static_twin_controls_all_change_the_figure(name):
         assert any(a.name == "control-label" for a in fig.layout.annotations), "menus need a label"
 
 
+@pytest.mark.parametrize("name", [n for n in SMALL if n != "feature_map"])
+def test_static_twin_opens_on_the_frame_its_slider_shows(name):
+    fig = SMALL[name](True)
+    slider = fig.layout.sliders[0]
+    frame = next(f for f in fig.frames if f.name == slider.steps[slider.active].args[0][0])
+    for idx, tr in zip(frame.traces, frame.data, strict=True):
+        shown = fig.data[idx].to_plotly_json()
+        for key, val in tr.to_plotly_json().items():
+            assert json.dumps(shown.get(key), default=list) == json.dumps(val, default=list), (idx, key)
+
+
 def test_matrix_vs_state_twin_frames_match_the_streaming_state():
     fig = SMALL["matrix_vs_state"](True)
     _, k, v = viz.seeded_qkv(5, 3, 2, 0)
