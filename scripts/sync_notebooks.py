@@ -87,6 +87,12 @@ class BookIndex:
     citations: dict[str, tuple[str, str]] = field(default_factory=dict)  # key -> (authors year, url)
     notebooks: set[str] = field(default_factory=set)  # stems of the pages that get a notebook
     equations: dict[str, tuple[str, int]] = field(default_factory=dict)  # label -> (page, number)
+    chapter_numbers: dict[str, int] = field(default_factory=dict)  # page -> its number in the toc
+
+    def equation_number(self, page: str, number: int) -> str:
+        """As the website numbers it: (chapter.n) in numbered chapters, (n) elsewhere."""
+        chapter = self.chapter_numbers.get(page)
+        return f"{chapter}.{number}" if chapter is not None else str(number)
 
 
 _LABEL_LINE = re.compile(r"^\(([A-Za-z0-9_:.-]+)\)=\s*$")
@@ -94,8 +100,23 @@ _HEADING = re.compile(r"^(#{1,6})\s+(.*\S)\s*$")
 _MATH_LABEL = re.compile(r"^\$\$\s*\(([A-Za-z0-9_:.-]+)\)\s*$")
 
 
+def chapter_numbers(toc: Path) -> dict[str, int]:
+    """page stem -> chapter number, for the pages of the numbered parts of a jb-book _toc.yml."""
+    if not toc.exists():
+        return {}
+    data = yaml.safe_load(toc.read_text(encoding="utf-8")) or {}
+    numbers: dict[str, int] = {}
+    for part in data.get("parts", []):
+        if not part.get("numbered"):
+            continue
+        for chapter in part.get("chapters", []):
+            if "file" in chapter:
+                numbers[Path(chapter["file"]).stem] = len(numbers) + 1
+    return numbers
+
+
 def build_index(book: Path = BOOK, bib: Path = BIB) -> BookIndex:
-    index = BookIndex()
+    index = BookIndex(chapter_numbers=chapter_numbers(book.parent / "_toc.yml"))
     for page in sorted(book.glob("*.md")):
         text = page.read_text(encoding="utf-8")
         if text.startswith("---\n"):  # skip the front matter
@@ -227,10 +248,11 @@ def convert_role(name: str, content: str, ctx: PageContext) -> str:
     if name in ("eq", "math:numref"):
         label = content.strip()
         if label in ctx.equations:
-            return f"({ctx.equations[label]})"
+            return f"({index.equation_number(ctx.stem, ctx.equations[label])})"
         if label in index.equations:  # an equation of another page
             page, number = index.equations[label]
-            return f"equation ({number}) of [{index.titles.get(page, page)}]({_page_link(page)})"
+            return (f"equation ({index.equation_number(page, number)}) of "
+                    f"[{index.titles.get(page, page)}]({_page_link(page)})")
         return f"({label})"
     if name.startswith("cite"):
         parts = []
@@ -280,7 +302,8 @@ def _render_directive(name: str, argument: str, options: dict[str, str], body: l
         return [f"**{convert_inline(argument, ctx)}**", "", *body] if argument else body
     if name in ("math",):
         label = options.get("label")
-        tag = [f"\\tag{{{ctx.equations[label]}}}"] if label in ctx.equations else []
+        tag = ([f"\\tag{{{ctx.index.equation_number(ctx.stem, ctx.equations[label])}}}"]
+               if label in ctx.equations else [])
         return ["$$", *body, *tag, "$$"]
     if name in ("code-block", "code", "sourcecode"):
         return [f"```{argument}", *body, "```"]
@@ -304,7 +327,8 @@ def convert_markdown(src: str, ctx: PageContext) -> str:
             math_label = _MATH_LABEL.match(stripped)
             if in_math:
                 if math_label and math_label.group(1) in ctx.equations:
-                    out.append(f"\\tag{{{ctx.equations[math_label.group(1)]}}}")
+                    number = ctx.index.equation_number(ctx.stem, ctx.equations[math_label.group(1)])
+                    out.append(f"\\tag{{{number}}}")
                 out.append("$$")
                 in_math = False
                 i += 1

@@ -194,6 +194,18 @@ def test_roles(myst, markdown):
     assert sync.convert_markdown(myst, _ctx(**{"eq-state": 2})) == markdown
 
 
+def test_equation_numbers_follow_the_website():
+    ctx = _ctx(**{"eq-state": 3})
+    ctx.index.chapter_numbers = {"softmax": 1, "causal": 4}
+    assert sync.convert_markdown("{eq}`eq-state`", ctx) == "(4.3)"
+    assert sync.convert_markdown("{eq}`eq-softmax-row`", ctx) == (
+        "equation (1.2) of [Softmax attention](softmax.ipynb)")
+    assert "\\tag{4.3}" in sync.convert_markdown("$$\nx\n$$ (eq-state)", ctx)
+    numbers = sync.chapter_numbers(ROOT / "_toc.yml")
+    if numbers:
+        assert numbers.get("softmax") == 1 and "instructors" not in numbers
+
+
 def test_labels_equations_and_directives():
     myst = "\n".join([
         "(sec-x)=",
