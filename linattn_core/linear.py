@@ -20,7 +20,7 @@ from typing import Any
 
 from . import _backend as B
 from .attention import normalise, warn_nonpositive
-from .feature_maps import as_feature_map
+from .feature_maps import Identity, as_feature_map
 
 __all__ = ["METHODS", "linear_attention"]
 
@@ -28,7 +28,7 @@ METHODS = ("auto", "recurrent", "cumsum", "chunked")
 
 # Tokens per block in the chunked form: chunks are processed a block at a time, carrying (S, z)
 # between blocks, so the per-chunk intermediates stay small enough to live in cache.
-_BLOCK_TOKENS = 2048
+_BLOCK_TOKENS = 4096
 # Below this length "auto" uses the cumsum form (fewer, larger ops win when N is tiny).
 _AUTO_CUMSUM_MAX_N = 16
 
@@ -91,13 +91,15 @@ def linear_attention(
     eps = B.check_eps(eps)
     phi = as_feature_map(feature_map, int(q.shape[-1]))
     q, k, v = (be.to_compute(x) for x in (q, k, v))
-    phi_q, phi_k = phi.pair(q, k, causal=causal)  # (..., N_q, d_phi), (..., N_k, d_phi)
-    if not causal:
-        out, den = noncausal(phi_q, phi_k, v, eps)
+    if causal and method == "auto":
+        method = _auto_method(int(q.shape[-2]))
+    if phi.elementwise and _use_fast_path(q, k, v, causal, method):
+        out, den = _fast_cpu(q, k, v, phi, eps, chunk_size, causal)  # same maths, faster on a CPU
     else:
-        if method == "auto":
-            method = _auto_method(int(q.shape[-2]))
-        if method == "chunked":
+        phi_q, phi_k = phi.pair(q, k, causal=causal)  # (..., N_q, d_phi), (..., N_k, d_phi)
+        if not causal:
+            out, den = noncausal(phi_q, phi_k, v, eps)
+        elif method == "chunked":
             out, den = causal_chunked(phi_q, phi_k, v, eps, chunk_size)
         else:
             out, den = _CAUSAL[method](phi_q, phi_k, v, eps)
@@ -164,24 +166,26 @@ def causal_chunked(phi_q: Any, phi_k: Any, v: Any, eps: float, chunk_size: int =
 
         num_c = tril(Q_c K_c^T) V_c + Q_c S        den_c = rowsum(tril(Q_c K_c^T)) + Q_c z
         S <- S + K_c^T V_c                          z <- z + colsum(K_c)
+
+    Work: ``4 N f d_v`` (states in, states out) plus ``2 N C (f + d_v)`` (inside the chunks).
     """
     lead, n, f, d_v = tuple(phi_q.shape[:-2]), int(phi_q.shape[-2]), int(phi_q.shape[-1]), int(v.shape[-1])
     Q = phi_q.reshape((-1, n, f))  # (B, N, f): leading dims flattened
     K = phi_k.reshape((-1, n, f))
     V = v.reshape((-1, n, d_v))
     C = min(chunk_size, n)
+    if _use_fast_path(Q, K, V, True, "chunked"):  # features already computed: phi = identity
+        out, den = _fast_cpu(Q, K, V, Identity(), eps, C, causal=True)
+        return out.reshape(lead + (n, d_v)), den.reshape(lead + (n,))
     S = B.zeros((Q.shape[0], f, d_v), Q)  # (B, f, d_v)
     z = B.zeros((Q.shape[0], f), Q)  # (B, f)
-    block = max(C, _BLOCK_TOKENS // C * C)  # a whole number of chunks
     outs, dens = [], []
-    for s in range(0, n, block):
-        e = min(s + block, n)
-        full = s + (e - s) // C * C  # [s, full): whole chunks; [full, e): one shorter chunk
-        for a, b, c in ((s, full, C), (full, e, e - full)):
-            if b > a:
-                out, den, S, z = _chunks(Q[:, a:b], K[:, a:b], V[:, a:b], S, z, c, eps)
-                outs.append(out)
-                dens.append(den)
+    full = n // C * C  # [0, full): whole chunks; [full, n): one shorter chunk
+    for a, b, c in ((0, full, C), (full, n, n - full)):
+        if b > a:
+            out, den, S, z = _chunks(Q[:, a:b], K[:, a:b], V[:, a:b], S, z, c, eps)
+            outs.append(out)
+            dens.append(den)
     out = B.concat(outs, 1) if len(outs) > 1 else outs[0]
     den = B.concat(dens, 1) if len(dens) > 1 else dens[0]
     return out.reshape(lead + (n, d_v)), den.reshape(lead + (n,))
@@ -208,3 +212,114 @@ def _chunks(Q: Any, K: Any, V: Any, S: Any, z: Any, C: int, eps: float) -> tuple
     den = den + (Q @ z_pre[:, :G, :, None])[..., 0]
     out = normalise(num, den, eps)
     return out.reshape((nb, n, d_v)), den.reshape((nb, n)), S_pre[:, G], z_pre[:, G]
+
+
+# --- the fast path: torch on the CPU, no autograd, an elementwise phi ---------------------------------
+# The same algorithms, arranged for speed: one batch entry and one block of tokens at a time, so that
+# every slice is contiguous (no copies before the matmuls), phi is applied to a block while it is in
+# cache (phi(q), phi(k) are never stored whole), and the working set stays small. Buffers are reused
+# with out= and in-place ops, which is why this path is not used under autograd; on GPUs the batched
+# forms above keep the device busy, so it is not used there either.
+_FAST_MIN_N = 512
+
+
+def _use_fast_path(q: Any, k: Any, v: Any, causal: bool, method: str) -> bool:
+    if not B.is_torch(q) or q.device.type != "cpu" or int(k.shape[-2]) < _FAST_MIN_N:
+        return False
+    if causal and method != "chunked":
+        return False
+    torch = B.torch_module()
+    return not (torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad))
+
+
+def _fast_cpu(q: Any, k: Any, v: Any, phi: Any, eps: float, C: int, causal: bool) -> tuple[Any, Any]:
+    """q: (..., N_q, d), k: (..., N_k, d), v: (..., N_k, d_v) -> out (..., N_q, d_v), den (..., N_q)."""
+    torch = B.torch_module()
+    lead, n_q, d, d_v = tuple(q.shape[:-2]), int(q.shape[-2]), int(q.shape[-1]), int(v.shape[-1])
+    Q = q.reshape((-1, n_q, d)).contiguous()  # (B, N_q, d)
+    K = k.reshape((-1, int(k.shape[-2]), d)).contiguous()
+    V = v.reshape((-1, int(v.shape[-2]), d_v)).contiguous()
+    with torch.no_grad():
+        if causal:
+            out, den = _chunked_cpu(Q, K, V, phi, eps, min(C, n_q))
+        else:
+            out, den = _noncausal_cpu(Q, K, V, phi, eps)
+    return out.reshape(lead + (n_q, d_v)), den.reshape(lead + (n_q,))
+
+
+def _noncausal_cpu(Q: Any, K: Any, V: Any, phi: Any, eps: float) -> tuple[Any, Any]:
+    """Q: (B, N_q, d), K: (B, N_k, d), V: (B, N_k, d_v) -> out (B, N_q, d_v), den (B, N_q)."""
+    torch = B.torch_module()
+    nb, n_q, n_k, d_v = int(Q.shape[0]), int(Q.shape[1]), int(K.shape[1]), int(V.shape[-1])
+    out, den = V.new_empty((nb, n_q, d_v)), V.new_empty((nb, n_q))
+    L = _BLOCK_TOKENS
+    for b in range(nb):
+        S, z = None, None
+        for s in range(0, n_k, L):  # S = phi(K)^T V, z = sum_j phi(k_j), a block of keys at a time
+            fk = phi(K[b, s : s + L])  # (L, f)
+            S = fk.T @ V[b, s : s + L] if S is None else S.addmm_(fk.T, V[b, s : s + L])
+            z = fk.sum(0) if z is None else z.add_(fk.sum(0))
+        for s in range(0, n_q, L):  # then every block of queries
+            fq = phi(Q[b, s : s + L])
+            o, dn = out[b, s : s + L], den[b, s : s + L]
+            torch.mm(fq, S, out=o)  # phi(q_i)^T S
+            torch.mv(fq, z, out=dn)  # phi(q_i) . z
+            o.div_(dn.clamp_min(eps)[:, None])
+    return out, den
+
+
+def _chunked_cpu(Q: Any, K: Any, V: Any, phi: Any, eps: float, C: int) -> tuple[Any, Any]:
+    """Q, K: (B, N, d), V: (B, N, d_v) -> out (B, N, d_v), den (B, N); torch, CPU, no grad.
+
+    The denominator rides along as an extra value column: with ``V1 = [V | 1]`` the state
+    ``K^T V1 = [S | z]`` and ``A V1 = [A V | rowsum(A)]``, so one matmul gives both.
+    """
+    nb, n = int(Q.shape[0]), int(Q.shape[1])
+    d_v = int(V.shape[-1])
+    L = max(C, _BLOCK_TOKENS // C * C)  # tokens per block: a whole number of chunks
+    L = min(L, -(-n // C) * C)
+    out, den = V.new_empty((nb, n, d_v)), V.new_empty((nb, n))
+    bufs = {
+        "V1": V.new_ones((L, d_v + 1)),  # [V | 1]; the last column stays 1
+        "Y": V.new_empty((L, d_v + 1)),  # [num | den]
+        "A": V.new_empty((L * C,)),  # the C x C scores of the block's chunks
+    }
+    for b in range(nb):
+        S1 = None  # [S | z] carried along the sequence
+        for s in range(0, n, L):
+            e = min(s + L, n)
+            full = s + (e - s) // C * C  # [s, full): whole chunks; [full, e): one shorter chunk
+            for a, z_, c in ((s, full, C), (full, e, e - full)):
+                if z_ > a:
+                    fq, fk = phi(Q[b, a:z_]), phi(K[b, a:z_])  # (G*c, f)
+                    S1 = _segment_cpu(fq, fk, V[b, a:z_], S1, c, bufs, out[b, a:z_], den[b, a:z_], eps)
+    return out, den
+
+
+def _segment_cpu(Q: Any, K: Any, V: Any, S1: Any, C: int, bufs: dict, out: Any, den: Any,
+                 eps: float) -> Any:
+    """G chunks of one batch entry. Q, K: (G*C, f), V: (G*C, d_v), S1 = [S | z]: (f, d_v + 1) or None.
+
+    Writes out: (G*C, d_v) and den: (G*C,); returns the new ``[S | z]``.
+    """
+    torch = B.torch_module()
+    n, f = (int(s) for s in Q.shape)
+    d_v, G = int(V.shape[-1]), n // C
+    V1 = bufs["V1"][:n]
+    V1[:, :d_v].copy_(V)
+    Qc, Kc, V1c = Q.view(G, C, f), K.view(G, C, f), V1.view(G, C, d_v + 1)
+    A = bufs["A"][: G * C * C].view(G, C, C)
+    torch.bmm(Qc, Kc.transpose(1, 2), out=A).tril_()  # masked scores inside each chunk
+    Y = bufs["Y"][:n].view(G, C, d_v + 1)
+    torch.bmm(A, V1c, out=Y)  # [A V | rowsum A]
+    P = torch.bmm(Kc.transpose(1, 2), V1c)  # (G, f, d_v + 1): [K_c^T V_c | colsum K_c] per chunk
+    P.cumsum_(0)  # P[g] = sum over chunks <= g
+    if S1 is not None:
+        P.add_(S1)  # ... plus the state carried from earlier blocks
+        Y[0].addmm_(Qc[0], S1)  # chunk 0 sees the carried state
+    if G > 1:
+        Y[1:].baddbmm_(Qc[1:], P[:-1])  # chunk g sees the state after chunk g - 1
+    Y = Y.view(n, d_v + 1)
+    den.copy_(Y[:, d_v])
+    torch.div(Y[:, :d_v], Y[:, d_v:].clamp_min(eps), out=out)
+    return P[G - 1]
