@@ -1078,7 +1078,7 @@ def _line_figure(records: Sequence[Record], value: Callable[[Record], float], *,
                  hover: str) -> Any:
     import plotly.graph_objects as go
 
-    from linattn_core.viz import OKABE_ITO
+    from linattn_core.viz import OKABE_ITO, _finish
 
     fig = go.Figure()
     dashes = ("solid", "dash", "dot", "dashdot", "longdash", "longdashdot")
@@ -1090,9 +1090,9 @@ def _line_figure(records: Sequence[Record], value: Callable[[Record], float], *,
                         hovertemplate=f"{label}<br>N=%{{x}}<br>{hover}<extra></extra>")
     fig.update_xaxes(type="log", title="sequence length N (tokens, log scale)")
     fig.update_yaxes(type="log", title=y_title)
-    fig.update_layout(title=title, template="plotly_white", width=720, height=460,
-                      legend=dict(orientation="v", x=1.02, y=1), meta={"alt": title})
-    return fig
+    names = ", ".join(_series(records)) or "no measured method"
+    alt = f"{title}: log-log lines of {y_title.split(' (')[0]} against sequence length for {names}."
+    return _finish(fig, title=title, alt=alt, height=460, width=760)
 
 
 def time_figure(records: Sequence[Record], *, title: str = "Time per call against sequence length",
@@ -1129,7 +1129,7 @@ def model_figure(records: Sequence[Record], model: CostModel, methods: Sequence[
     """
     import plotly.graph_objects as go
 
-    from linattn_core.viz import OKABE_ITO
+    from linattn_core.viz import OKABE_ITO, _finish
 
     fig = go.Figure()
     for i, (name, causal) in enumerate(methods):
@@ -1150,5 +1150,7 @@ def model_figure(records: Sequence[Record], model: CostModel, methods: Sequence[
                         hovertemplate=f"{label} measured<br>N=%{{x}}<br>%{{y:.3g}} ms<extra></extra>")
     fig.update_xaxes(type="log", title="sequence length N (tokens, log scale)")
     fig.update_yaxes(type="log", title="time per call (ms, log scale)")
-    fig.update_layout(title=title, template="plotly_white", width=720, height=460, meta={"alt": title})
-    return fig
+    names = ", ".join(f"{n} (causal)" if c else n for n, c in methods)
+    alt = (f"{title}: log-log plot of time per call against sequence length; dashed model lines and "
+           f"measured markers for {names}.")
+    return _finish(fig, title=title, alt=alt, height=460, width=760)

@@ -389,6 +389,9 @@ def test_figures_show_measured_methods_only():
     assert list(fig.data[0].x) == [64, 128]
     assert_close(np.array(fig.data[0].y), 1e3 * 1e-4 * np.array([64.0, 128.0]))
     assert fig.layout.xaxis.type == "log" and "ms" in fig.layout.yaxis.title.text
+    assert "linear" in fig.layout.meta["alt"] and "sdpa" not in fig.layout.meta["alt"]
+    with_line = T.time_figure(recs, crossover=100.0)
+    assert list(with_line.data[-1].x) == [100.0, 100.0] and "N ≈ 100" in with_line.data[-1].name
     mem = T.memory_figure(recs)
     assert_close(np.array(mem.data[0].y), np.array([64.0, 128.0]) / 1024)
 
