@@ -1217,7 +1217,6 @@ def decode_memory_model(T: Any, *, d: int = 64, d_v: int | None = None, d_phi: i
             "crossover_T": np.float64((d_phi * d_v + d_phi) / (d + d_v))}
 
 
-_COST_PER_GROUP = 6
 
 
 def _cost_traces(N: np.ndarray, T: np.ndarray, d: int, d_v: int, d_phi: int | None, itemsize: int,
@@ -1237,10 +1236,24 @@ def _cost_traces(N: np.ndarray, T: np.ndarray, d: int, d_v: int, d_phi: int | No
             line(n, c["bytes_quadratic"], "quadratic (N×N scores)", quad, False, "bytes"),
             line(n, c["bytes_linear"], "linear (state S, z)", lin, False, "bytes"),
             line(t, mem["kv_cache"], "KV cache (softmax)", {**quad, "dash": "dot"}, True, "bytes"),
-            line(t, mem["state"], "fixed state (linear)", {**lin, "dash": "dot"}, True, "bytes")]
+            line(t, mem["state"], "fixed state (linear)", {**lin, "dash": "dot"}, True, "bytes"),
+            _crossover(float(c["crossover_N"]), float(cost_model(c["crossover_N"], d=d, d_v=d_v, d_phi=d_phi,
+                                                                  itemsize=itemsize)["flops_linear"]),
+                       "equal FLOPs", "FLOPs", digits),
+            _crossover(float(mem["crossover_T"]), float(mem["state"].flat[0]), "cache = state", "bytes",
+                       digits)]
 
 
-_COST_CELLS = [(1, 1), (1, 1), (1, 2), (1, 2), (1, 3), (1, 3)]
+def _crossover(x: float, y: float, what: str, unit: str, digits: int | None) -> go.Scatter:
+    """A marked point where the two curves of a panel meet, labelled with its N."""
+    return go.Scatter(x=_lst([x], digits), y=_lst([y], digits), mode="markers+text", showlegend=False,
+                      marker={"symbol": "diamond", "size": 10, "color": "black"},
+                      text=[f"{x:.0f} tokens"], textposition="bottom right", textfont={"size": 11},
+                      name=what, cliponaxis=False,
+                      hovertemplate="%{x:.0f} tokens<br>%{y:.3s} " + unit + "<extra>" + what + "</extra>")
+
+
+_COST_CELLS = [(1, 1), (1, 1), (1, 2), (1, 2), (1, 3), (1, 3), (1, 1), (1, 3)]
 
 
 def _measured_traces(measured: Sequence[Mapping[str, Any]]) -> list[go.Scatter]:
@@ -1263,7 +1276,7 @@ def _measured_traces(measured: Sequence[Mapping[str, Any]]) -> list[go.Scatter]:
 
 
 def _cost_canvas(measured: Sequence[Mapping[str, Any]] | None) -> tuple[go.Figure, int]:
-    titles = ["operations", "bytes touched", "memory kept while decoding"]
+    titles = ["operations", "bytes touched", "memory kept to decode"]
     if measured:
         fig = make_subplots(rows=2, cols=3, specs=[[{}, {}, {}], [{"colspan": 3}, None, None]],
                             subplot_titles=[*titles, "measured time (median of repeats)"],
@@ -1276,14 +1289,13 @@ def _cost_canvas(measured: Sequence[Mapping[str, Any]] | None) -> tuple[go.Figur
 
 def _cost_axes(fig: go.Figure, has_measured: bool,
                yr: Mapping[str, tuple[float, float]] | None = None) -> None:
-    for c, (xt, yt) in enumerate((("sequence length N (tokens)", "FLOPs"),
-                                  ("sequence length N (tokens)", "bytes"),
-                                  ("context length (tokens so far)", "bytes kept")), 1):
+    for c, (xt, yt) in enumerate((("sequence length N", "FLOPs"), ("sequence length N", "bytes"),
+                                  ("context length", "bytes kept")), 1):
         fig.update_xaxes(type="log", title_text=xt, row=1, col=c)
         fig.update_yaxes(type="log", title_text=yt, row=1, col=c, exponentformat="SI",
                          **({"range": yr[yt.split()[0]]} if yr else {}))
     if has_measured:
-        fig.update_xaxes(type="log", title_text="sequence length N (tokens)", row=2, col=1)
+        fig.update_xaxes(type="log", title_text="sequence length N", row=2, col=1)
         fig.update_yaxes(type="log", title_text="seconds", row=2, col=1)
 
 
@@ -1306,7 +1318,6 @@ def cost_figure(*, d: int = 64, d_v: int | None = None, d_phi: int | None = None
         fig.add_trace(tr, row=r, col=c)
     _cost_axes(fig, bool(measured))
     x = float(cost_model(N_, d=d, d_v=d_v, d_phi=d_phi, itemsize=itemsize)["crossover_N"])
-    fig.add_vline(x=x, line={"color": "grey", "dash": "dash", "width": 1}, row=1, col=1)
     text = alt or (f"Three log-log panels for d = {d}, d_v = {d_v}: FLOPs and bytes against sequence length, "
                    f"where the quadratic form grows as N squared and the linear form as N, crossing near "
                    f"N = {x:.0f}; and memory kept while decoding, where the KV cache grows with the context "
