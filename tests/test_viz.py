@@ -342,6 +342,8 @@ def test_cost_figure_draws_the_model_and_the_measurements():
     by_name = {(t.name, t.xaxis): t for t in fig.data}
     assert_close(arr(by_name[("quadratic (N×N scores)", "x")].y), c["flops_quadratic"], what="flops")
     assert_close(arr(by_name[("linear (state S, z)", "x2")].y), c["bytes_linear"], what="bytes")
+    cross = by_name[("equal FLOPs", "x")]
+    assert_close(arr(cross.x), [float(c["crossover_N"])], what="crossover marker")
     meas = by_name[("measured: cumsum", "x4")]
     assert list(meas.x) == [16.0, 64.0] and list(meas.y) == [4e-4, 1e-3]
     assert fig.layout.xaxis.type == "log" and fig.layout.yaxis.type == "log"
