@@ -192,6 +192,35 @@ def format_targets(targets: Sequence[Target]) -> str:
     return "\n".join(lines)
 
 
+#: Largest |fast - reference| accepted by :func:`check_methods` (float64 inputs of order one).
+CHECK_ATOL = 1e-8
+
+
+def check_methods(methods: Sequence[T.Method], device: Any, *, N: int = 67, d: int = 16, d_v: int = 8,
+                  seed: int = 0) -> dict[str, float]:
+    """Every method against its reference before anything is timed, in float64 on the timing device.
+
+    Softmax methods are compared with :func:`linattn_core.softmax_attention`, linear ones with the quadratic
+    :func:`linattn_core.kernel_attention` (elu+1), at a length that no chunk size of the run divides.
+    Returns the largest absolute difference per method label; a speed of a wrong answer is worth nothing.
+    """
+    import torch
+
+    from linattn_core import kernel_attention, softmax_attention
+
+    gen = torch.Generator().manual_seed(seed)
+    q, k = (torch.randn(2, 3, N, d, generator=gen, dtype=torch.float64).to(device) for _ in range(2))
+    v = torch.randn(2, 3, N, d_v, generator=gen, dtype=torch.float64).to(device)
+    errors = {}
+    for m in methods:
+        if m.name in ("softmax_naive", "sdpa"):
+            ref = softmax_attention(q, k, v, causal=m.causal)
+        else:
+            ref = kernel_attention(q, k, v, "elu+1", causal=m.causal)
+        errors[m.label] = float((m.fn(q, k, v) - ref).abs().max())
+    return errors
+
+
 def run(config: Config, *, device: Any = None, progress: bool | None = None,
         say: Callable[[str], None] = print) -> dict[str, Any]:
     """Run the benchmark and print it; return the JSON-ready result.
@@ -212,6 +241,10 @@ def run(config: Config, *, device: Any = None, progress: bool | None = None,
         sizes = " and ".join(f"{n}³" for n in config.matmul_sizes)
         say(f"{config.dtype} matmul rate (best of {sizes} products): {matmul_gflops:.1f} GFLOP/s")
         methods = T.standard_methods(chunk_size=config.chunk_size)
+        checks = check_methods(methods, dev)
+        wrong = {k: e for k, e in checks.items() if not e <= CHECK_ATOL}
+        say(f"checked against the references (float64, N=67): max |difference| = {max(checks.values()):.1e}"
+            + (f"; WRONG: {wrong}" if wrong else ""))
         records = T.sweep(methods, config.lengths, d=config.d, d_v=config.d_v,
                           batch_heads=config.batch_heads, dtype=config.dtype, device=dev,
                           min_run_time=config.min_run_time, max_run_time=config.max_run_time,
@@ -228,6 +261,7 @@ def run(config: Config, *, device: Any = None, progress: bool | None = None,
         "matmul_gflops": matmul_gflops,
         "meta": meta,
         "config": {k: getattr(config, k) for k in config.__dataclass_fields__},
+        "checks": checks,
         "results": [r.to_dict(meta=False) for r in records],
         "targets": [dict(name=t.name, wanted=t.wanted, value=t.value, verdict=t.verdict, note=t.note)
                     for t in targets],

@@ -45,6 +45,14 @@ def test_quick_run_writes_the_schema(quick_json, capsys):
         else:
             assert isinstance(r["skipped"], str) and r["skipped"]
     assert {t["verdict"] for t in quick_json["targets"]} <= {"PASS", "FAIL", "N/A"}
+    assert set(quick_json["checks"]) == {m.label for m in T.standard_methods()}
+    assert max(quick_json["checks"].values()) <= bench.CHECK_ATOL
+
+
+def test_check_methods_catches_a_wrong_method():
+    wrong = T.Method("chunked", True, lambda q, k, v: v)  # returns the values: not attention
+    errors = bench.check_methods([wrong, *T.standard_methods(["linear"])], "cpu")
+    assert errors["chunked (causal)"] > 0.1 and errors["linear"] <= bench.CHECK_ATOL
 
 
 def test_quick_run_prints_table_and_targets(tmp_path, capsys):
