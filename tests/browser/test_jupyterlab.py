@@ -271,6 +271,22 @@ def _operate_dropdown(page, cell) -> str | None:
     return _figure_changes(page, cell, lambda: select.select_option(index=target), what) or "ok"
 
 
+def _operate_toggle_buttons(page, cell) -> str | None:
+    groups = cell.locator(".widget-toggle-buttons")
+    if groups.count() == 0:
+        return None
+    group = groups.first
+    idle = group.locator("button.widget-toggle-button:not(.mod-active)")
+    if idle.count() == 0:
+        return None
+    target = idle.first
+    what = f"toggle buttons -> {target.inner_text().strip()!r}"
+    return _figure_changes(page, cell, target.click, what) or "ok"
+
+
+CONTROLS = ".widget-slider, .widget-dropdown, .widget-toggle-buttons"
+
+
 @pytest.mark.parametrize("chapter", explorer_chapters() or [None])
 def test_explorers_respond_in_jupyterlab(jupyterlab, browser, chapter):
     if chapter is None:
@@ -283,7 +299,9 @@ def test_explorers_respond_in_jupyterlab(jupyterlab, browser, chapter):
     page_errors: list[str] = []
     page.on("pageerror", lambda e: page_errors.append(str(e)))
     try:
-        page.goto(f"{base}lab/tree/{chapter}?token={token}", wait_until="load", timeout=SERVER_START_S * 1000)
+        # A workspace of its own per chapter, so JupyterLab does not reopen the previous chapters' tabs.
+        url = f"{base}lab/workspaces/test-{chapter[:-3]}/tree/{chapter}?reset&token={token}"
+        page.goto(url, wait_until="load", timeout=SERVER_START_S * 1000)
         page.wait_for_function(NOTEBOOK_READY_JS, timeout=SERVER_START_S * 1000, polling=500)
         _run_all_from_menu(page)
         state = _wait_for_run(page, chapter)
@@ -298,16 +316,16 @@ def test_explorers_respond_in_jupyterlab(jupyterlab, browser, chapter):
             cell = page.locator(f'[data-linattn-explorer="{k}"]')
             cell.scroll_into_view_if_needed()
             try:
-                cell.locator(".widget-slider, .widget-dropdown").first.wait_for(timeout=CONTROL_S * 1000)
+                cell.locator(CONTROLS).first.wait_for(timeout=CONTROL_S * 1000)
             except Exception:
-                failures.append(f"cell {cell_index}: no ipywidgets slider or dropdown rendered")
+                failures.append(f"cell {cell_index}: no ipywidgets control rendered ({CONTROLS})")
                 continue
             n_traces = cell.evaluate(FIGURE_TRACES_JS)
             if n_traces <= 0:
                 what = "no plotly figure" if n_traces < 0 else "a blank plotly figure (no traces)"
                 failures.append(f"cell {cell_index}: the explorer shows {what} after Run All")
                 continue
-            for operate in (_operate_slider, _operate_dropdown):
+            for operate in (_operate_slider, _operate_dropdown, _operate_toggle_buttons):
                 result = operate(page, cell)
                 if result is None:
                     continue
