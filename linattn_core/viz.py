@@ -11,6 +11,18 @@ Glossary (code -> text)
 ``S``        Σ_{j≤t} φ(k_j) v_jᵀ, the state (d_phi x d_v)
 ``z``        Σ_{j≤t} φ(k_j), the normaliser (d_phi)
 
+What is here, by chapter (each explorer of :mod:`linattn_core.widgets` has a ``*_twin`` builder here: the
+same picture as a plotly figure whose own sliders and menus work on the static site)
+
+- softmax: :func:`attention_heatmap`;
+- causal: :func:`kernel_matrix_figure`, :func:`state_figure`, :func:`matrix_vs_state_figure` (data from
+  :func:`matrix_vs_state_data`), :func:`chunk_layout`, :func:`chunk_diagram`;
+- feature maps: :func:`feature_map_comparison` (:func:`feature_map_comparison_data`),
+  :func:`performer_error_figure` (:func:`performer_error_curves`);
+- trade-offs: :func:`cost_figure` (:func:`cost_model`, :func:`decode_memory_model`);
+- beyond: :func:`decay_figure` (:func:`decay_data`);
+- the book build: :func:`use_static_renderer`, :func:`figure_html`.
+
 Conventions: colour-blind-safe scales (viridis / cividis for magnitudes, RdBu centred on zero for signed
 values), axis titles with units, Unicode instead of LaTeX in titles (plotly shows raw TeX), and alt text in
 ``fig.layout.meta["alt"]`` for every figure (the static renderer turns it into an ``aria-label``).
@@ -75,7 +87,7 @@ BOOK_RENDERER = "linattn_book"
 
 # Okabe-Ito: a qualitative palette readable with every common colour-vision deficiency.
 OKABE_ITO = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442", "#000000")
-MASK_GREY = "#d4d4d4"  # masked (future) cells: shown as gaps over this plot background
+MASK_GREY = "#d4d4d4"  # masked (future) cells: a grey heatmap under the data, which has gaps there
 HIGHLIGHT = "#D55E00"  # outline of the highlighted row (vermillion: visible on viridis and on RdBu)
 
 # A small template: plotly's default one adds ~6.5 KB of JSON to every figure.
@@ -899,14 +911,14 @@ def _fm_group(m: Mapping[str, Any], w_max: float, digits: int | None) -> list[go
     return [heat, diff, hist]
 
 
-def _fm_canvas(n_q: int, n_k: int) -> go.Figure:
+def _fm_canvas() -> go.Figure:
     fig = make_subplots(rows=2, cols=2, horizontal_spacing=0.2, vertical_spacing=0.17,
                         subplot_titles=("A_φ: normalised φ(q_i)·φ(k_j)", "A_softmax",
                                         "difference A_φ − A_softmax", "denominators φ(q_i)·Σ_j φ(k_j)"))
     return fig
 
 
-def _fm_layout(fig: go.Figure, n_q: int, n_k: int, w_max: float) -> None:
+def _fm_layout(fig: go.Figure, n_q: int, n_k: int) -> None:
     for r, c in ((1, 1), (1, 2), (2, 1)):
         _matrix_axes(fig, n_q, n_k, row=r, col=c, y_title="query position i" if c == 1 else "")
     fig.update_xaxes(title_text="denominator φ(q_i)·z (z = Σ_j φ(k_j))", row=2, col=2)
@@ -937,12 +949,12 @@ def feature_map_comparison(data: Mapping[str, Any], label: str | None = None, *,
     w_s = np.asarray(data["softmax"]["weights"], dtype=np.float64)
     n_q, n_k = w_s.shape
     w_max = float(w_s.max())
-    fig = _fm_canvas(n_q, n_k)
+    fig = _fm_canvas()
     fig.add_trace(_attention_trace(w_s, zmin=0.0, zmax=w_max, label="A_softmax", name="A_softmax"),
                   row=1, col=2)
     for tr, (r, c) in zip(_fm_group(maps[label], w_max, None), ((1, 1), (2, 1), (2, 2)), strict=True):
         fig.add_trace(tr, row=r, col=c)
-    _fm_layout(fig, n_q, n_k, w_max)
+    _fm_layout(fig, n_q, n_k)
     m = maps[label]
     text = alt or (f"Four panels for the {label} feature map on {n_q} queries and {n_k} keys: its attention "
                    f"matrix, softmax's, their difference (max {m['max_abs']:.2g}) and a histogram of the "
@@ -958,7 +970,7 @@ def feature_map_twin(data: Mapping[str, Any], *, digits: int = SIG_DIGITS, heigh
     w_s = np.asarray(data["softmax"]["weights"], dtype=np.float64)
     n_q, n_k = w_s.shape
     w_max = float(w_s.max())
-    fig = _fm_canvas(n_q, n_k)
+    fig = _fm_canvas()
     fig.add_trace(_attention_trace(w_s, zmin=0.0, zmax=w_max, label="A_softmax", name="A_softmax",
                                    digits=digits), row=1, col=2)
     groups: list[int] = []
@@ -967,7 +979,7 @@ def feature_map_twin(data: Mapping[str, Any], *, digits: int = SIG_DIGITS, heigh
             tr.visible = g == 0
             fig.add_trace(tr, row=r, col=c)
             groups.append(g)
-    _fm_layout(fig, n_q, n_k, w_max)
+    _fm_layout(fig, n_q, n_k)
     args = [[{"visible": _visibility(groups, 1, g)}, {"title.text": _fm_title(lab, maps[lab])}]
             for g, lab in enumerate(labels)]
     fig.update_layout(updatemenus=[_dropdown(labels, args, method="update", label="feature map φ:",
@@ -1048,18 +1060,18 @@ def _perf_style(kind: str, orth: bool) -> dict:
     return {"color": colour, "dash": "solid" if orth else "dash"}
 
 
-def _perf_curves(curves: Mapping[str, Any]) -> list[go.BaseTraceType]:
+def _perf_curves(curves: Mapping[str, Any]) -> list[tuple[go.Scatter, int]]:
+    """The error curves of every variant: (trace, subplot column), kernel error in 1, output error in 2."""
     ms = curves["ms"].tolist()
     traces = []
     for key, col in (("kernel", 1), ("output", 2)):
         for kind, orth in PERFORMER_VARIANTS:
             lab = _variant_label(kind, orth)
-            traces.append(go.Scatter(
+            traces.append((go.Scatter(
                 x=ms, y=_lst(curves["variants"][(kind, orth)][key], SIG_DIGITS), mode="lines+markers",
-                name=lab,
-                legendgroup=lab, showlegend=col == 1, line={**_perf_style(kind, orth), "width": 2},
-                marker={"size": 5}, meta=col,
-                hovertemplate="m=%{x}<br>relative error=%{y:.3g}<extra>" + lab + "</extra>"))
+                name=lab, legendgroup=lab, showlegend=col == 1, line={**_perf_style(kind, orth), "width": 2},
+                marker={"size": 5},
+                hovertemplate="m=%{x}<br>relative error=%{y:.3g}<extra>" + lab + "</extra>"), col))
     return traces
 
 
@@ -1083,11 +1095,8 @@ def _perf_canvas(curves: Mapping[str, Any]) -> go.Figure:
     fig = make_subplots(rows=1, cols=3, horizontal_spacing=0.11,
                         subplot_titles=("kernel error |K̂ − K| / K", "output error",
                                         "K̂ against exact K"))
-    for tr in _perf_curves(curves):
-        fig.add_trace(tr, row=1, col=tr.meta)
-        tr.meta = None
-    for tr in fig.data:
-        tr.meta = None
+    for tr, col in _perf_curves(curves):
+        fig.add_trace(tr, row=1, col=col)
     ex = np.asarray(curves["exact_pairs"])
     lo, hi = 0.0, float(ex.max()) * 1.05
     fig.add_trace(go.Scatter(x=[lo, hi], y=[lo, hi], mode="lines", line={"color": "grey", "dash": "dot"},
