@@ -50,6 +50,12 @@ def _want_static(static: bool | None) -> bool:
     return viz.is_book_build() if static is None else bool(static)
 
 
+def _check_choice(name: str, value: Any, options: Sequence[Any], options_name: str) -> None:
+    """The initial value of a control must be one of its options (before any computation)."""
+    if value not in list(options):
+        raise ValueError(f"{name}={value!r} must be one of {options_name}={list(options)}")
+
+
 def _sync(target: go.FigureWidget, fig: go.Figure) -> None:
     """Make ``target`` show ``fig``: update traces in place when their types match, else replace them."""
     same = len(target.data) == len(fig.data) and all(
@@ -144,6 +150,23 @@ def matrix_vs_state_explorer(N: int = 12, d: int = 4, d_v: int = 4,
     A slider over the step t and a choice of feature map. Left: the causal kernel matrix φ(Q)φ(K)ᵀ with
     row t outlined and the future greyed; right: S_t and z_t; below: y_t from the normalised matrix row
     and from the state, with their max abs difference. Inputs are seeded standard normal.
+
+    Parameters
+    ----------
+    N, d, d_v : int
+        Sequence length, key/query dimension, value dimension.
+    feature_maps : sequence of names or callables
+        The choices offered ("performer" uses m = 4 d unstabilised random features).
+    seed : int
+        Seed of q, k, v (and of the Performer projection).
+    static : bool or None
+        None: static during the book build (``LINATTN_BOOK_BUILD``), live otherwise.
+
+    Returns
+    -------
+    Explorer or plotly.graph_objects.Figure
+        The live explorer in a kernel; the static twin (a figure with its own controls) during the book
+        build or with ``static=True``.
     """
     q, k, v = viz.seeded_qkv(N, d, d_v, seed)
     datas = {}
@@ -175,7 +198,24 @@ def feature_map_explorer(N: int = 16, d: int = 8, d_v: int = 8,
                                                         "cosformer"),
                          seed: int = 1, static: bool | None = None) -> Explorer | go.Figure:
     """Pick a feature map: its normalised attention beside softmax's for the same q, k, the difference,
-    and the distribution of the denominators φ(q_i)·Σ_j φ(k_j) (the identity map has some ≤ 0)."""
+    and the distribution of the denominators φ(q_i)·Σ_j φ(k_j) (the identity map has some ≤ 0).
+
+    Parameters
+    ----------
+    N, d, d_v : int
+        Number of tokens, key/query dimension, value dimension (non-causal attention).
+    feature_maps : sequence of names or callables
+    seed : int
+        Seed of q, k, v and of the Performer projection.
+    static : bool or None
+        None: static during the book build, live otherwise.
+
+    Returns
+    -------
+    Explorer or plotly.graph_objects.Figure
+        The live explorer in a kernel; the static twin (a figure with its own controls) during the book
+        build or with ``static=True``.
+    """
     q, k, v = viz.seeded_qkv(N, d, d_v, seed)
     data = viz.feature_map_comparison_data(q, k, v, feature_maps, seed=seed)
     if _want_static(static):
@@ -194,7 +234,26 @@ def performer_explorer(d: int = 16, N: int = 48, ms: Sequence[int] = (4, 8, 16, 
                        n_seeds: int = 10, seed: int = 0, static: bool | None = None) -> Explorer | go.Figure:
     """Number of random features m, orthogonal or iid projections, positive or trigonometric features:
     the kernel-estimate error and the attention-output error against softmax (log-log), the chosen
-    setting marked, and its kernel estimates against the exact values."""
+    setting marked, and its kernel estimates against the exact values.
+
+    Parameters
+    ----------
+    d, N : int
+        Key/query dimension and number of tokens.
+    ms : sequence of int
+        The feature counts m offered (errors are computed for each, for all four variants).
+    n_seeds : int
+        Projections drawn per (m, variant); the errors are their median.
+    seed : int
+    static : bool or None
+        None: static during the book build, live otherwise.
+
+    Returns
+    -------
+    Explorer or plotly.graph_objects.Figure
+        The live explorer in a kernel; the static twin (a figure with its own controls) during the book
+        build or with ``static=True``.
+    """
     curves = viz.performer_error_curves(d=d, N=N, ms=ms, n_seeds=n_seeds, seed=seed)
     if _want_static(static):
         return viz.performer_twin(curves)
@@ -223,7 +282,29 @@ def cost_explorer(d: int = 64, d_v: int = 64, ds: Sequence[int] = (16, 32, 64, 1
                   static: bool | None = None) -> Explorer | go.Figure:
     """Quadratic vs linear attention as N grows (analytic FLOPs and bytes, log-log), measured times if
     ``measured`` (records with ``N``, ``method``, ``median_s``) is given, and the memory kept while
-    decoding: a KV cache that grows with the context vs the fixed state. Controls: d and d_v."""
+    decoding: a KV cache that grows with the context vs the fixed state. Controls: d and d_v.
+
+    Parameters
+    ----------
+    d, d_v : int
+        The initial key/query and value dimensions (must be among ``ds`` and ``d_vs``).
+    ds, d_vs : sequence of int
+        The values offered.
+    itemsize : int
+        Bytes per number (4: float32).
+    measured : list of mappings, optional
+        Timing records (``N``, ``method``, ``median_s``), drawn on their own log-log panel.
+    static : bool or None
+        None: static during the book build, live otherwise.
+
+    Returns
+    -------
+    Explorer or plotly.graph_objects.Figure
+        The live explorer in a kernel; the static twin (a figure with its own controls) during the book
+        build or with ``static=True``.
+    """
+    _check_choice("d", d, ds, "ds")
+    _check_choice("d_v", d_v, d_vs, "d_vs")
     if _want_static(static):
         return viz.cost_twin(ds=ds, d_vs=d_vs, d0=d, d_v0=d_v, itemsize=itemsize, measured=measured)
     controls = {
@@ -243,7 +324,25 @@ def cost_explorer(d: int = 64, d_v: int = 64, ds: Sequence[int] = (16, 32, 64, 1
 def chunk_explorer(N: int = 16, chunk_size: int = 4, chunk_sizes: Sequence[int] = (1, 2, 3, 4, 5, 8, 16),
                    static: bool | None = None) -> Explorer | go.Figure:
     """Chunk size → which entries of the causal N x N matrix a chunk computes with its masked product
-    (diagonal blocks) and which reach its queries through the state carried from earlier chunks."""
+    (diagonal blocks) and which reach its queries through the state carried from earlier chunks.
+
+    Parameters
+    ----------
+    N : int
+        Sequence length.
+    chunk_size : int
+        The initial chunk size (one of ``chunk_sizes``); sizes need not divide N.
+    chunk_sizes : sequence of int
+    static : bool or None
+        None: static during the book build, live otherwise.
+
+    Returns
+    -------
+    Explorer or plotly.graph_objects.Figure
+        The live explorer in a kernel; the static twin (a figure with its own controls) during the book
+        build or with ``static=True``.
+    """
+    _check_choice("chunk_size", chunk_size, chunk_sizes, "chunk_sizes")
     if _want_static(static):
         return viz.chunk_twin(N, chunk_sizes, c0=chunk_size)
     controls = {"chunk_size": W.SelectionSlider(options=[int(c) for c in chunk_sizes], value=chunk_size,
@@ -260,7 +359,27 @@ def decay_explorer(N: int = 24, d: int = 8, d_v: int = 4,
                    feature_map: Any = "elu+1", seed: int = 0,
                    static: bool | None = None) -> Explorer | go.Figure:
     """A slider over a constant decay γ: the causal weights of decayed linear attention (the quadratic
-    reference) narrow towards the diagonal as γ falls; the last query's weights are shown as bars."""
+    reference) narrow towards the diagonal as γ falls; the last query's weights are shown as bars.
+
+    Parameters
+    ----------
+    N, d, d_v : int
+    gammas : sequence of float
+        The decays offered, each in (0, 1]; 1 is plain causal linear attention.
+    gamma : float
+        The initial decay (one of ``gammas``).
+    feature_map : name or callable
+    seed : int
+    static : bool or None
+        None: static during the book build, live otherwise.
+
+    Returns
+    -------
+    Explorer or plotly.graph_objects.Figure
+        The live explorer in a kernel; the static twin (a figure with its own controls) during the book
+        build or with ``static=True``.
+    """
+    _check_choice("gamma", float(gamma), [float(g) for g in gammas], "gammas")
     q, k, v = viz.seeded_qkv(N, d, d_v, seed)
     data = viz.decay_data(q, k, v, gammas, feature_map=feature_map)
     if _want_static(static):

@@ -150,6 +150,18 @@ def test_live_chunk_explorer_draws_the_layout():
     np.testing.assert_array_equal(floats(exp.figure.data[0].z), viz.chunk_layout(6, 4))
 
 
+@pytest.mark.parametrize("static", [True, False])
+def test_an_initial_value_outside_the_options_is_a_clear_error(static):
+    with pytest.raises(ValueError, match=r"chunk_size=7 must be one of chunk_sizes"):
+        widgets.chunk_explorer(chunk_size=7, static=static)
+    with pytest.raises(ValueError, match=r"d_v=8 must be one of d_vs"):
+        widgets.cost_explorer(d_v=8, static=static)
+    with pytest.raises(ValueError, match=r"gamma=0.3 must be one of gammas"):
+        widgets.decay_explorer(gamma=0.3, static=static)
+    with pytest.raises(ValueError, match="N must be a positive integer"):
+        widgets.matrix_vs_state_explorer(N=0, static=static)
+
+
 def test_output_fallback_redraws_without_a_figure_widget():
     exp = widgets.Explorer({"chunk_size": ipywidgets.IntSlider(value=2, min=1, max=3, description="C")},
                            lambda chunk_size: viz.chunk_diagram(5, chunk_size), use_figure_widget=False)
