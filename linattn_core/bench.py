@@ -26,7 +26,7 @@ import math
 import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from . import timing as T
@@ -173,7 +173,7 @@ def format_results(records: Sequence[T.Record], matmul_gflops: float) -> str:
         if r.measured:
             frac = r.gflops / matmul_gflops
             lines.append(f"{r.label:<22} {r.N:>6} {_ms(r.median_s):>11} {_ms(r.q75_s - r.q25_s):>10} "
-                         f"{T._fmt_bytes(r.peak_bytes):>10} {r.gflops:>8.3g} {frac:>9.1%}")
+                         f"{T.format_bytes(r.peak_bytes):>10} {r.gflops:>8.3g} {frac:>9.1%}")
         else:
             lines.append(f"{r.label:<22} {r.N:>6} {'skipped':>11}  {r.skipped}")
     return "\n".join(lines)
@@ -305,8 +305,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.threads is not None:
         changes["threads"] = args.threads
     if changes:
-        from dataclasses import replace
-
         config = replace(config, **changes)
     try:
         T.pick_device(args.device)

@@ -59,6 +59,7 @@ __all__ = [
     "describe_device",
     "environment",
     "flops",
+    "format_bytes",
     "format_table",
     "loglog_slope",
     "matmul_rate",
@@ -1042,7 +1043,8 @@ def crossover_length(model: CostModel, slow: str = "softmax_naive", fast: str = 
 # ----------------------------------------------------------------------------------------------------
 # presentation
 # ----------------------------------------------------------------------------------------------------
-def _fmt_bytes(n: float | None) -> str:
+def format_bytes(n: float | None) -> str:
+    """``'1.5 MiB'``: a byte count for people (``'-'`` for None)."""
     if n is None:
         return "-"
     for unit, scale in (("GiB", _GIB), ("MiB", 2**20), ("KiB", 2**10)):
@@ -1059,7 +1061,7 @@ def format_table(records: Iterable[Record]) -> str:
         if r.measured:
             iqr_ms = (r.q75_s - r.q25_s) * 1e3
             lines.append(f"{r.label:<22} {r.N:>7} {r.median_s * 1e3:>8.3g}ms {iqr_ms:>7.2g}ms "
-                         f"{_fmt_bytes(r.peak_bytes):>10} {r.gflops:>8.3g}")
+                         f"{format_bytes(r.peak_bytes):>10} {r.gflops:>8.3g}")
         else:
             lines.append(f"{r.label:<22} {r.N:>7} {'-':>10} {'-':>9} {'-':>10} {'-':>8}  "
                          f"skipped: {r.skipped}")
