@@ -9,7 +9,10 @@ functions), not read back from the module under test.
 from __future__ import annotations
 
 import html
+import os
 import re
+import subprocess
+import sys
 import warnings
 
 import numpy as np
@@ -71,6 +74,20 @@ def test_static_twins_are_keyboard_usable_and_plain_figures_stay_plain():
     assert "cdn" not in twin.lower() and "https://" not in twin
     plain = viz.figure_html(viz.chunk_diagram(4, 2))
     assert "tabindex" not in plain and "ArrowRight" not in plain
+
+
+def test_importing_the_package_during_the_book_build_installs_the_renderer():
+    code = "import linattn_core, plotly.io as pio; print(pio.renderers.default)"
+    env = {**os.environ, "LINATTN_BOOK_BUILD": "1"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == viz.BOOK_RENDERER
+
+
+def test_builders_take_torch_tensors():
+    torch = pytest.importorskip("torch")
+    W = torch.softmax(torch.randn(4, 4, generator=torch.Generator().manual_seed(0), dtype=torch.float64), -1)
+    fig = viz.attention_heatmap(W)
+    assert_close(arr(fig.data[0].z), W.numpy(), what="heatmap of a tensor")
 
 
 def test_alt_text_falls_back_to_the_title():
