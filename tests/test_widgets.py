@@ -104,6 +104,7 @@ def test_static_twins_are_small(name):
     assert viz.figure_nbytes(SMALL[name](True)) < 300_000
 
 
+@pytest.mark.slow
 def test_default_static_twins_fit_the_page_budget():
     """What the book shows: each explorer with no arguments, under 300 KB of JSON."""
     for make in (widgets.matrix_vs_state_explorer, widgets.feature_map_explorer, widgets.performer_explorer,
