@@ -222,20 +222,33 @@ def shared_assets() -> frozenset[str]:
     return frozenset(p for p, c in counts.items() if c >= 2)
 
 
-def is_shared(rel_file: str) -> bool:
-    """Whether a loaded file is site-wide rather than this page's own.
+def content_pages() -> list[str]:
+    """Pages with content of their own: not the generated index, search page or a redirect."""
+    return [p for p in site_pages() if p not in ("genindex.html", "search.html") and not is_redirect(p)]
 
-    Site-wide: referenced by two or more pages (theme bundles, plotly.min.js, searchindex.js), or a
-    ``_static/`` file referenced by no page at all (loaded at run time by a site-wide script, such as
-    MathJax's components and fonts). Everything else (the HTML, its images, data it alone loads) is
-    the page's own weight.
+
+def is_shared(rel_file: str) -> bool:
+    """Whether a loaded file is site-wide (cached once by a reader's browser) rather than this page's own.
+
+    Site-wide: a file referenced by two or more pages (searchindex.js, images used twice), and the files
+    of Sphinx's static folder ``_static/`` (theme bundles, plotly.min.js, MathJax with the components and
+    fonts it loads at run time), unless, in a site of several content pages, exactly one page references
+    it (data or a script that page alone needs). Everything else (the HTML with its inlined figures,
+    ``_images/``, ``_downloads/``) is the page's own weight.
     """
     if rel_file in shared_assets():
         return True
-    if rel_file.startswith("_static/"):
-        return not any(rel_file in page_source(p) or rel_file.split("/", 1)[1] in page_source(p)
-                       for p in site_pages())
-    return False
+    if not rel_file.startswith("_static/"):
+        return False
+    if len(content_pages()) < 2:
+        return True  # a one-page (partial) build: nothing tells site-wide from page-specific
+    return _static_referrers(rel_file) != 1
+
+
+@cache
+def _static_referrers(rel_file: str) -> int:
+    name = rel_file.split("/", 1)[1]
+    return sum(1 for p in site_pages() if name in page_source(p))
 
 
 def page_weight(rep: Report) -> tuple[int, list[tuple[str, int]]]:
