@@ -255,7 +255,9 @@ def causal_mask(n: int, like: Any) -> Any:
     """Boolean lower-triangular ``(n, n)`` mask (True where key j <= query i), on ``like``'s device."""
     if is_torch(like):
         torch = torch_module()
-        return torch.ones(n, n, dtype=torch.bool, device=like.device).tril()
+        i = torch.arange(n, device=like.device)
+        # (comparing positions: bool ones(n, n).tril() costs ~16 ms per call on torch 2.13's CPU)
+        return i[:, None] >= i[None, :]
     return np.tril(np.ones((n, n), dtype=bool))
 
 

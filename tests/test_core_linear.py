@@ -199,3 +199,29 @@ def test_gradients_equal_kernel_attention(mk, map_name, method):
     slow = grads(lambda q, k, v: kernel_attention(q, k, v, phi, causal=causal))
     for name, g_fast, g_slow in zip("qkv", fast, slow, strict=True):
         assert_close(g_fast, g_slow, what=f"d/d{name} of {method} vs kernel_attention [{map_name}]")
+
+
+# --- the fast CPU path (torch, no autograd, N >= 512): the same maths as the readable forms ----------
+
+
+@pytest.mark.parametrize("n", [1000, 4097], ids=lambda n: f"T{n}")
+@pytest.mark.parametrize("fast_map", ["elu+1", "relu", "softplus"])
+@pytest.mark.parametrize(
+    ("causal", "chunk"),
+    [(False, 64), (True, 7), (True, 64), (True, 5000)],
+    ids=["noncausal", "C7", "C64", "C5000"],
+)
+def test_fast_cpu_path_equals_numpy_reference_forms(n, fast_map, causal, chunk):
+    import torch
+
+    from linattn_core import linear as linear_module
+
+    rng = np.random.default_rng(n)
+    q, k, v = rng.standard_normal((3, 2, n, 8))
+    tq, tk, tv = (torch.from_numpy(x) for x in (q, k, v))
+    method = "chunked" if causal else "auto"
+    assert linear_module._use_fast_path(tq, tk, tv, causal, method), "the test must exercise the fast path"
+    with torch.no_grad():
+        fast = linear_attention(tq, tk, tv, fast_map, causal=causal, method=method, chunk_size=chunk)
+    reference = linear_attention(q, k, v, fast_map, causal=causal, method=method, chunk_size=chunk)
+    assert_close(fast, reference, what=f"fast CPU path, {fast_map}, causal={causal}, C={chunk}")
