@@ -112,6 +112,49 @@ CONTROL_ACTIVE_JS = """
 }
 """
 
+# Text a reader must be able to read in each figure: titles, axis titles, subplot titles
+# (annotations), colour-bar titles, legend entries. Two of them overlapping, or one running out of the
+# figure's box (cut off by the page), is reported; so is a tick label under one of them (two tick
+# labels are left to plotly's own layout).
+FIGURE_TEXT_JS = """
+() => {
+  const SEL = '.gtitle, .g-xtitle text, .g-ytitle text, .g-x2title text, .g-y2title text, '
+            + '[class*="g-x"][class$="title"] text, [class*="g-y"][class$="title"] text, '
+            + '.annotation-text, .cbtitle text, .legendtext';
+  const TICKS = '.xtick text, .ytick text';
+  const problems = [];
+  document.querySelectorAll('.plotly-graph-div').forEach(gd => {
+    const box = gd.getBoundingClientRect();
+    const collect = (sel, tick) => Array.from(new Set(gd.querySelectorAll(sel)))
+      .filter(t => t.textContent.trim() && t.getClientRects().length)
+      .map(t => ({text: t.textContent.trim().slice(0, 50), r: t.getBoundingClientRect(), tick}))
+      .filter(t => t.r.width > 0 && t.r.height > 0);
+    const titles = collect(SEL, false);
+    const items = titles.concat(collect(TICKS, true));
+    const name = gd.id;
+    for (const t of titles) {
+      if (t.r.left < box.left - 1 || t.r.right > box.right + 1) {
+        problems.push(`${name}: "${t.text}" runs out of the figure (${Math.round(t.r.left - box.left)}..`
+                      + `${Math.round(t.r.right - box.left)} px of ${Math.round(box.width)})`);
+      }
+    }
+    for (let i = 0; i < items.length; i++) {
+      for (let j = i + 1; j < items.length; j++) {
+        if (items[i].tick && items[j].tick) continue;
+        const a = items[i].r, b = items[j].r;
+        const w = Math.min(a.right, b.right) - Math.max(a.left, b.left);
+        const h = Math.min(a.bottom, b.bottom) - Math.max(a.top, b.top);
+        if (w > 2 && h > 2) {
+          const size = `${Math.round(w)}x${Math.round(h)} px`;
+          problems.push(`${name}: "${items[i].text}" overlaps "${items[j].text}" (${size})`);
+        }
+      }
+    }
+  });
+  return problems;
+}
+"""
+
 LINKS_JS = """
 () => Array.from(document.querySelectorAll('a[href]'))
            .map(a => ({href: a.href, raw: a.getAttribute('href'), text: a.textContent.trim().slice(0, 60)}))
@@ -141,6 +184,7 @@ class Report:
     mathjax: str = ""
     plotly_ready: bool = True
     figures: list = field(default_factory=list)
+    figure_text: list = field(default_factory=list)
     links: list = field(default_factory=list)
     violations: list = field(default_factory=list)
     screenshot: Path | None = None
@@ -183,6 +227,7 @@ def load_report(browser_page, log: PageLog, base: str, rel: str) -> Report:
         rep.plotly_ready = False
     rep.math = page.evaluate(MATH_STATE_JS)
     rep.figures = page.evaluate(PLOTLY_STATE_JS)
+    rep.figure_text = page.evaluate(FIGURE_TEXT_JS)
     rep.links = page.evaluate(LINKS_JS)
     log.frozen = True  # what follows is the tests' own doing
     page.add_script_tag(content=axe_source())

@@ -96,6 +96,13 @@ def test_plotly_figures_render(report, rel):
 
 
 @pytest.mark.parametrize("rel", PAGES)
+def test_figure_text_is_readable(report, rel):
+    """Titles, axis titles, subplot titles, colour-bar titles and legends neither collide nor get cut off."""
+    rep = report(rel)
+    assert not rep.figure_text, f"{rel}: figure text a reader cannot read:\n  " + "\n  ".join(rep.figure_text)
+
+
+@pytest.mark.parametrize("rel", PAGES)
 def test_accessibility(report, rel):
     rep = report(rel)
     serious = describe_violations(rep.violations)
