@@ -122,7 +122,7 @@ FIGURE_TEXT_JS = """
             + '[class*="g-x"][class$="title"] text, [class*="g-y"][class$="title"] text, '
             + '.annotation-text, .cbtitle text, .legendtext';
   const TICKS = '.xtick text, .ytick text';
-  const OVERLAP_PX = 4;
+  const OVERLAP_PX = 5;
   const problems = [];
   document.querySelectorAll('.plotly-graph-div').forEach(gd => {
     const box = gd.getBoundingClientRect();
@@ -146,8 +146,8 @@ FIGURE_TEXT_JS = """
         const w = Math.min(a.right, b.right) - Math.max(a.left, b.left);
         const h = Math.min(a.bottom, b.bottom) - Math.max(a.top, b.top);
         // SVG text boxes include a few pixels of line height around the glyphs: more than
-        // OVERLAP_PX in both directions is glyphs on glyphs, not boxes brushing.
-        if (w > OVERLAP_PX && h > OVERLAP_PX) {
+        // OVERLAP_PX or more in both directions is glyphs on glyphs, not boxes brushing.
+        if (Math.round(w) >= OVERLAP_PX && Math.round(h) >= OVERLAP_PX) {
           const size = `${Math.round(w)}x${Math.round(h)} px`;
           problems.push(`${name}: "${items[i].text}" overlaps "${items[j].text}" (${size})`);
         }
