@@ -215,6 +215,57 @@ def test_plotly_controls_change_their_figure(new_page, server, rel):
     assert not log.problems(), f"{rel}: errors while operating controls:\n  " + "\n  ".join(log.problems())
 
 
+KEYBOARD_PAGES = pages_containing('class="linattn-keys"')
+
+KEYBOARD_FIGURES_JS = """
+() => Array.from(document.querySelectorAll('figure.linattn-figure[tabindex]')).map((f, i) => {
+  const gd = f.querySelector('.plotly-graph-div');
+  const lay = gd.layout || {};
+  const s = (lay.sliders || [])[0], m = (lay.updatemenus || [])[0];
+  return {index: i, id: gd.id, hint: (f.querySelector('figcaption') || {}).textContent || '',
+          slider: s ? {active: s.active || 0, n: s.steps.length,
+                       method: s.steps[0].method || 'restyle'} : null,
+          menu: m ? {active: m.active || 0, n: m.buttons.length,
+                     method: m.buttons[((m.active || 0) + 1) % m.buttons.length].method || 'restyle'} : null};
+})
+"""
+
+
+@pytest.mark.parametrize("rel", KEYBOARD_PAGES or [None])
+def test_interactive_figures_work_from_the_keyboard(new_page, server, rel):
+    """A focusable figure promises (in its caption) arrow keys for its slider and menu: keep the promise."""
+    if rel is None:
+        pytest.skip("no page of the site has a keyboard-operable figure")
+    page, log = new_page()
+    page.goto(urljoin(server, rel), wait_until="load")
+    page.wait_for_function(WAIT_PLOTLY_JS, timeout=RENDER_TIMEOUT_MS)
+    failures = []
+    for fig in page.evaluate(KEYBOARD_FIGURES_JS):
+        figure = page.locator("figure.linattn-figure[tabindex]").nth(fig["index"])
+        gd = fig["id"]
+        for kind, ctl in (("slider", fig["slider"]), ("menu", fig["menu"])):
+            if ctl is None or ctl["n"] < 2:
+                continue
+            if kind == "slider":
+                key = "ArrowLeft" if ctl["active"] == ctl["n"] - 1 else "ArrowRight"
+            else:
+                key = "ArrowDown"
+            before = page.evaluate(FIGURE_STATE_JS, gd)
+            figure.focus()
+            page.keyboard.press(key)
+            name = f"{gd} {kind} ({key})"
+            try:
+                _wait_changed(page, gd, before, ctl["method"])
+            except Exception:
+                failures.append(f"{name}: the figure did not change")
+                continue
+            live = figure.locator(".linattn-live")
+            if live.count() and not live.inner_text().strip():
+                failures.append(f"{name}: nothing announced in the live region")
+    assert not failures, f"{rel}: keyboard control of figures:\n  " + "\n  ".join(failures)
+    assert not log.problems(), f"{rel}: errors while using the keyboard:\n  " + "\n  ".join(log.problems())
+
+
 # --- search ------------------------------------------------------------------------------------
 
 
