@@ -2,13 +2,16 @@
 
 Each page is loaded once, offline (every host but 127.0.0.1 blocked), and checked for: console errors
 and failed or external requests; math typeset by MathJax with no raw TeX left; every plotly figure
-drawn, and every plotly slider and menu changing its figure when operated; no serious or critical
+drawn, with its titles, axis titles and legends neither colliding nor cut off; no serious or critical
 axe-core accessibility violation; a page weight (its own files, not the site-wide scripts) under
 1.5 MB; internal links that resolve, anchors included. Full-page screenshots land in
-``_build/screenshots/``. Also: the search page finds "associative", and exercise solutions are
-closed dropdowns.
+``_build/screenshots/``. Pages are loaded again to operate every plotly slider and menu with the mouse
+(and, where a figure's caption promises it, with the keyboard): each must change its figure. Also:
+the search page finds "associative", every chapter is in the sidebar, and exercise solutions are
+closed dropdowns that open when their title is clicked.
 
-Run: ``.venv/bin/pytest tests/browser/test_site.py -q`` after ``make build``.
+Run: ``.venv/bin/pytest tests/browser/test_site.py -q`` after ``make build`` (about 3-4 minutes on two
+cores). ``LINATTN_SITE_DIR=/path/to/html`` checks another build (e.g. a one-page build).
 """
 
 from __future__ import annotations
