@@ -135,6 +135,49 @@ def test_screenshot_saved(report, rel):
     assert rep.screenshot is not None and rep.screenshot.stat().st_size > 1000, f"{rel}: no screenshot"
 
 
+PHONE = (390, 844)  # a common phone viewport, CSS pixels
+
+OVERFLOW_JS = """
+() => {
+  const vw = document.documentElement.clientWidth;
+  const wide = [];
+  // Elements wider than the screen that are not inside a horizontally scrollable box.
+  const scrolls = (el) => {
+    for (let e = el.parentElement; e; e = e.parentElement) {
+      const o = getComputedStyle(e).overflowX;
+      if ((o === 'auto' || o === 'scroll' || o === 'hidden') && e !== document.body
+          && e !== document.documentElement) return true;
+    }
+    return false;
+  };
+  document.querySelectorAll('.bd-article *').forEach(el => {
+    const r = el.getBoundingClientRect();
+    if (r.width > 0 && r.right > vw + 1 && !scrolls(el)) {
+      const cls = typeof el.className === 'string' ? el.className.split(' ')[0] : '';
+      const name = el.tagName.toLowerCase() + (el.id ? '#' + el.id : '') + (cls ? '.' + cls : '');
+      wide.push(`${name} (right edge at ${Math.round(r.right)} px)`);
+    }
+  });
+  return {page: document.documentElement.scrollWidth, viewport: vw, wide: wide.slice(0, 8)};
+}
+"""
+
+
+@pytest.mark.parametrize("rel", [p for p in PAGES if p is None or p.startswith("book/")])
+def test_fits_a_phone_screen(new_page, server, rel):
+    """On a phone the page does not scroll sideways: wide code, tables, figures scroll in their own box."""
+    if rel is None:
+        pytest.skip("no chapter pages in the built site")
+    page, _ = new_page(viewport=PHONE)
+    page.goto(urljoin(server, rel), wait_until="load")
+    page.wait_for_function(WAIT_PLOTLY_JS, timeout=RENDER_TIMEOUT_MS)
+    page.wait_for_timeout(500)  # plotly's responsive resize
+    state = page.evaluate(OVERFLOW_JS)
+    assert state["page"] <= state["viewport"] + 1 and not state["wide"], (
+        f"{rel} at {PHONE[0]} px: the page is {state['page']} px wide; too wide: {state['wide']}"
+    )
+
+
 # --- plotly controls ---------------------------------------------------------------------------
 
 CONTROL_PAGES = pages_containing('"sliders"', '"updatemenus"')
