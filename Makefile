@@ -41,9 +41,10 @@ serve:
 
 book: build serve
 
-test: build
-	bash scripts/install_browser.sh
+test: $(STAMP)
 	$(BIN)/ruff check .
+	$(MAKE) build
+	bash scripts/install_browser.sh
 	LINATTN_REQUIRE_SITE=1 $(PY) -m pytest
 
 lint: $(STAMP)

@@ -20,7 +20,8 @@ def main() -> None:
     dst = ASSETS / "plotly.min.js"
     if not dst.exists() or dst.read_bytes() != src.read_bytes():
         shutil.copyfile(src, dst)
-    print(f"plotly.js {plotly.__version__}: {dst.relative_to(ASSETS.parent.parent)} ({dst.stat().st_size / 1e6:.1f} MB)")
+    size_mb = dst.stat().st_size / 1e6
+    print(f"plotly.js {plotly.__version__}: {dst.relative_to(ASSETS.parent.parent)} ({size_mb:.1f} MB)")
 
 
 if __name__ == "__main__":
