@@ -53,8 +53,11 @@ lint: $(STAMP)
 bench: $(STAMP)
 	$(PY) -m linattn_core.bench $(ARGS)
 
+# jupytext's "default viewer" setting makes JupyterLab open the chapters' .md files as notebooks.
 lab: $(STAMP)
-	$(BIN)/jupyter lab --ServerApp.ip=$(HOST) --ServerApp.root_dir=book
+	$(BIN)/jupytext-config --settings-file $(VENV)/etc/jupyter/labconfig/default_setting_overrides.json \
+		set-default-viewer markdown myst
+	$(BIN)/jupyter lab --ServerApp.ip=$(HOST) --ServerApp.root_dir=book $(if $(filter 0,$(shell id -u)),--allow-root)
 
 notebooks: $(STAMP)
 	$(PY) scripts/sync_notebooks.py
