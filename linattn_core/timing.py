@@ -357,7 +357,10 @@ def time_call(fn: Callable[[], Any], *, device: Any = None, min_run_time: float 
 
     timer = Timer(stmt="fn()", globals={"fn": fn}, num_threads=torch.get_num_threads())
     m = timer.blocked_autorange(min_run_time=run_time)
-    return _timing_from(m.times, m.number_per_run, first)
+    times = list(m.times)
+    while len(times) < 3:  # blocked_autorange may stop after one or two blocks when run_time is short
+        times.extend(timer.timeit(m.number_per_run).times)
+    return _timing_from(times, m.number_per_run, first)
 
 
 def _loop_timing(fn: Callable[[], Any], first: float, run_time: float) -> Timing:
