@@ -273,3 +273,34 @@ def from_numpy(a: np.ndarray, like: Any) -> Any:
     if is_torch(like):
         return torch_module().as_tensor(a, dtype=like.dtype, device=like.device)
     return a.astype(like.dtype, copy=False)
+
+
+def per_token(
+    value: Any, q: Any, be: Backend, name: str, *, interval: str, valid: Any, array_name: str | None = None
+) -> Any:
+    """A per-token parameter (decay gate, write strength) as an array shaped ``q.shape[:-1]``: ``(..., N)``.
+
+    ``value`` is one number (used at every token) or an array of exactly that shape, on ``q``'s backend.
+    ``valid(x)`` says elementwise whether a value is allowed; ``interval`` writes that range in messages.
+    """
+    lead_n = tuple(int(s) for s in q.shape[:-1])
+    like = be.to_compute(q[..., :1, :1])
+    if isinstance(value, (int, float, np.floating, np.integer)) and not isinstance(value, bool):
+        if not valid(np.float64(value)):
+            raise ValueError(f"{name} must lie in {interval}, got {value!r}")
+        return from_numpy(np.full(lead_n, float(value)), like)
+    if not (is_torch(value) or isinstance(value, np.ndarray)) or is_torch(value) != is_torch(q):
+        raise TypeError(
+            f"{name} must be a number in {interval} or an array like q's of shape {lead_n} (one per token),"
+            f" got {type(value).__name__}"
+        )
+    if tuple(int(s) for s in value.shape) != lead_n:
+        raise ValueError(
+            f"{name} has shape {shape_str(value)} but q has shape {shape_str(q)}:"
+            f" per-token values need shape {lead_n}"
+        )
+    value = be.to_compute(value)
+    bad = int((~lib(value).isfinite(value) | ~valid(value)).sum())
+    if bad:
+        raise ValueError(f"{array_name or name} must lie in {interval}; {bad} of its entries do not")
+    return value

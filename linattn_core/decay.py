@@ -22,8 +22,6 @@ from __future__ import annotations
 import math
 from typing import Any
 
-import numpy as np
-
 from . import _backend as B
 from .attention import normalise, warn_nonpositive
 from .feature_maps import as_feature_map
@@ -34,36 +32,23 @@ DECAY_METHODS = ("auto", "recurrent", "chunked")
 
 
 def _log_gates(decay: Any, q: Any, be: B.Backend) -> Any:
-    """``log g_t`` for every step as an array shaped like ``q[..., 0]``: ``(..., N)``.
-
-    ``decay`` is a number ``gamma`` in (0, 1] (the same at every step) or an array of gates with
-    shape ``q.shape[:-1]`` and values in (0, 1].
-    """
-    lead_n = tuple(int(s) for s in q.shape[:-1])
-    if isinstance(decay, (int, float, np.floating, np.integer)) and not isinstance(decay, bool):
-        gamma = float(decay)
-        if not (0.0 < gamma <= 1.0):
-            raise ValueError(f"decay must lie in (0, 1], got {decay!r}")
-        logs = np.full(lead_n, math.log(gamma))
-        return B.from_numpy(logs, be.to_compute(q[..., :1, :1]))
-    if not (B.is_torch(decay) or isinstance(decay, np.ndarray)):
-        raise TypeError(
-            f"decay must be a number in (0, 1] or an array of gates shaped {lead_n},"
-            f" got {type(decay).__name__}"
-        )
-    if B.is_torch(decay) != B.is_torch(q):
-        raise TypeError("decay and q must both be numpy arrays or both torch tensors")
-    if tuple(int(s) for s in decay.shape) != lead_n:
-        raise ValueError(
-            f"decay has shape {B.shape_str(decay)} but q has shape {B.shape_str(q)}:"
-            f" per-step gates need shape {lead_n} (one gate per token)"
-        )
-    gates = be.to_compute(decay)
-    xp = B.lib(gates)
-    bad = int((~xp.isfinite(gates) | (gates <= 0) | (gates > 1)).sum())
-    if bad:
-        raise ValueError(f"decay gates must lie in (0, 1]; {bad} of them do not")
+    """``log g_t`` for every step, ``(..., N)``: ``decay`` is one ``gamma`` or a gate per token, in (0, 1]."""
+    gates = B.per_token(decay, q, be, "decay", interval="(0, 1]", valid=lambda g: (g > 0) & (g <= 1),
+                        array_name="decay gates")
     return B.lib(gates).log(gates)
+
+
+def _prepare(q: Any, k: Any, v: Any, feature_map: Any, decay: Any) -> tuple:
+    """Validate the inputs shared by both forms (before any work); return the features and log-gates.
+
+    -> backend, phi, phi(q), phi(k): (..., N, d_phi), v in the compute dtype, log g: (..., N)
+    """
+    be = B.check_qkv(q, k, v, causal=True)
+    phi = as_feature_map(feature_map, int(q.shape[-1]))
+    log_g = _log_gates(decay, q, be)
+    q, k, v = (be.to_compute(x) for x in (q, k, v))
+    phi_q, phi_k = phi.pair(q, k, causal=True)
+    return be, phi, phi_q, phi_k, v, log_g
 
 
 def decayed_kernel_attention(
@@ -106,17 +91,12 @@ def decayed_kernel_attention(
     True
     """
     # q, k: (..., N, d), v: (..., N, d_v)
-    be = B.check_qkv(q, k, v, causal=True)
-    eps = B.check_eps(eps)
-    normalize = B.check_flag(normalize, "normalize")
     B.check_flag(return_weights, "return_weights")
-    phi = as_feature_map(feature_map, int(q.shape[-1]))
-    log_g = _log_gates(decay, q, be)  # (..., N)
-    q, k, v = (be.to_compute(x) for x in (q, k, v))
-    phi_q, phi_k = phi.pair(q, k, causal=True)
+    eps, normalize = B.check_eps(eps), B.check_flag(normalize, "normalize")
+    be, phi, phi_q, phi_k, v, log_g = _prepare(q, k, v, feature_map, decay)
     b = B.cumsum(log_g, -1)  # b_i = sum_{l <= i} log g_l, so prod_{j < l <= i} g_l = exp(b_i - b_j)
-    mask = B.causal_mask(int(q.shape[-2]), q)
-    xp = B.lib(q)
+    mask = B.causal_mask(int(phi_q.shape[-2]), phi_q)
+    xp = B.lib(phi_q)
     gap = xp.where(mask, b[..., :, None] - b[..., None, :], -math.inf)  # -inf above the diagonal
     A = (phi_q @ B.swap_last(phi_k)) * xp.exp(gap)  # (..., N, N)
     if normalize:
@@ -159,14 +139,9 @@ def decayed_linear_attention(
     if method not in DECAY_METHODS:
         raise ValueError(f"method must be one of {DECAY_METHODS}, got {method!r}")
     chunk_size = B.check_positive_int(chunk_size, "chunk_size")
-    be = B.check_qkv(q, k, v, causal=True)
-    eps = B.check_eps(eps)
-    normalize = B.check_flag(normalize, "normalize")
     B.check_flag(return_state, "return_state")
-    phi = as_feature_map(feature_map, int(q.shape[-1]))
-    log_g = _log_gates(decay, q, be)
-    q, k, v = (be.to_compute(x) for x in (q, k, v))
-    phi_q, phi_k = phi.pair(q, k, causal=True)
+    eps, normalize = B.check_eps(eps), B.check_flag(normalize, "normalize")
+    be, phi, phi_q, phi_k, v, log_g = _prepare(q, k, v, feature_map, decay)
     if method == "recurrent":
         num, den, S, z = _recurrent(phi_q, phi_k, v, log_g)
     else:

@@ -38,26 +38,7 @@ DELTA_METHODS = ("auto", "recurrent", "quadratic", "chunked")
 
 def _betas(beta: Any, q: Any, be: B.Backend) -> Any:
     """Write strengths ``beta_t`` as an array shaped ``(..., N)``; a number is used at every step."""
-    lead_n = tuple(int(s) for s in q.shape[:-1])
-    if isinstance(beta, (int, float, np.floating, np.integer)) and not isinstance(beta, bool):
-        if not (0.0 <= float(beta) <= 2.0):
-            raise ValueError(f"beta must lie in [0, 2], got {beta!r}")
-        return B.from_numpy(np.full(lead_n, float(beta)), be.to_compute(q[..., :1, :1]))
-    if not (B.is_torch(beta) or isinstance(beta, np.ndarray)) or B.is_torch(beta) != B.is_torch(q):
-        raise TypeError(
-            f"beta must be a number in [0, 2] or an array like q of shape {lead_n}, got {type(beta).__name__}"
-        )
-    if tuple(int(s) for s in beta.shape) != lead_n:
-        raise ValueError(
-            f"beta has shape {B.shape_str(beta)} but q has shape {B.shape_str(q)}:"
-            f" per-step write strengths need shape {lead_n}"
-        )
-    beta = be.to_compute(beta)
-    xp = B.lib(beta)
-    bad = int((~xp.isfinite(beta) | (beta < 0) | (beta > 2)).sum())
-    if bad:
-        raise ValueError(f"beta must lie in [0, 2]; {bad} of its entries do not")
-    return beta
+    return B.per_token(beta, q, be, "beta", interval="[0, 2]", valid=lambda b: (b >= 0) & (b <= 2))
 
 
 def _unit_rows(x: Any) -> Any:
