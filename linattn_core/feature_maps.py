@@ -44,6 +44,7 @@ __all__ = [
 
 # exp() of a stabiliser shift is clipped here so that float32 products stay finite (e^40 ~ 2e17).
 _MAX_SHIFT = 40.0
+_LOG2E = 1.0 / math.log(2.0)
 
 
 class FeatureMap:
@@ -74,6 +75,14 @@ class FeatureMap:
         """``d_phi`` for inputs of dimension ``d``."""
         return self.d_phi if self.d_phi is not None else d
 
+    def into(self, x: Any, out: Any, tmp: Any) -> Any:
+        """Write ``phi(x)`` into ``out`` (torch, no autograd); ``tmp``, shaped like ``x``, is scratch.
+
+        The CPU fast path calls this on a block of tokens at a time. Maps that can, override it so
+        that no block-sized temporary is allocated (fresh memory costs page faults every block).
+        """
+        return out.copy_(self(x))
+
     def check_input_dim(self, d: int) -> None:
         """Raise ``ValueError`` when this map cannot take inputs whose last dim is ``d``."""
 
@@ -98,6 +107,9 @@ class Identity(FeatureMap):
         # x: (..., N, d) -> (..., N, d)
         return x
 
+    def into(self, x: Any, out: Any, tmp: Any) -> Any:
+        return out.copy_(x)
+
 
 class EluPlusOne(FeatureMap):
     """``phi(x) = elu(x) + 1``: ``x + 1`` for ``x > 0``, ``exp(x)`` otherwise; always > 0."""
@@ -112,11 +124,21 @@ class EluPlusOne(FeatureMap):
             torch = B.torch_module()
             if torch.is_grad_enabled() and x.requires_grad:
                 return torch.nn.functional.elu(x) + 1
-            # without autograd: exp(min(x, 0)) + max(x, 0), the same function, but exp is about
-            # twice as fast as the expm1 inside elu on CPUs (this map is a visible part of the cost)
-            return x.clamp(max=0).exp_().add_(x.clamp(min=0))
+            return self.into(x, torch.empty_like(x), torch.empty_like(x))
         # exp(min(x, 0)) so the unused branch cannot overflow
         return np.where(x > 0, x + 1, np.exp(np.minimum(x, 0)))
+
+    def into(self, x: Any, out: Any, tmp: Any) -> Any:
+        # exp(min(x, 0)) + max(x, 0): the same function as elu(x) + 1. The exp is taken as
+        # exp2(log2(e) * min(x, 0)): on CPUs exp2 runs about 1.7x faster than exp (and 3x faster than
+        # the expm1 inside elu), and this map is a visible part of the cost of linear attention.
+        # (Half precision keeps exp: there the rounding of log2(e) * x would cost visible accuracy.)
+        torch = B.torch_module()
+        if x.dtype in (torch.float32, torch.float64):
+            torch.clamp(x, max=0, out=out).mul_(_LOG2E).exp2_()
+        else:
+            torch.clamp(x, max=0, out=out).exp_()
+        return out.add_(torch.clamp(x, min=0, out=tmp))
 
 
 class ReLU(FeatureMap):
@@ -130,6 +152,9 @@ class ReLU(FeatureMap):
         if B.is_torch(x):
             return B.torch_module().relu(x)
         return np.maximum(x, 0)
+
+    def into(self, x: Any, out: Any, tmp: Any) -> Any:
+        return B.torch_module().clamp(x, min=0, out=out)
 
 
 class Softplus(FeatureMap):

@@ -26,9 +26,10 @@ __all__ = ["METHODS", "linear_attention"]
 
 METHODS = ("auto", "recurrent", "cumsum", "chunked")
 
-# Tokens per block in the chunked form: chunks are processed a block at a time, carrying (S, z)
-# between blocks, so the per-chunk intermediates stay small enough to live in cache.
+# The CPU fast path works a block at a time, carrying (S, z) between blocks, so that its intermediates
+# stay small enough to live in cache: tokens per block (non-causal), rows of batch x tokens (chunked).
 _BLOCK_TOKENS = 4096
+_BLOCK_ROWS = 4096
 # Up to this length "auto" uses the recurrent loop: for a handful of tokens a few small ops beat the
 # chunked form's set-up (measured on a 2-core CPU, numpy and torch, d = d_v = 64).
 _AUTO_RECURRENT_MAX_N = 8
@@ -216,9 +217,10 @@ def _chunks(Q: Any, K: Any, V: Any, S: Any, z: Any, C: int, eps: float) -> tuple
 
 
 # --- the fast path: torch on the CPU, no autograd, an elementwise phi ---------------------------------
-# The same algorithms, arranged for speed: one batch entry and one block of tokens at a time, so that
-# every slice is contiguous (no copies before the matmuls), phi is applied to a block while it is in
-# cache (phi(q), phi(k) are never stored whole), and the working set stays small. Buffers are reused
+# The same algorithms, arranged for speed. Features are computed a block of tokens at a time into
+# reused buffers (phi(q), phi(k) are never stored whole, and nothing block-sized is allocated: fresh
+# memory costs a page fault per 4 KiB), the working set stays within the last-level cache, and each op
+# covers as many chunks as possible so that the fixed cost of an op is paid rarely. Buffers are reused
 # with out= and in-place ops, which is why this path is not used under autograd; on GPUs the batched
 # forms above keep the device busy, so it is not used there either.
 _FAST_MIN_N = 512
@@ -251,78 +253,106 @@ def _fast_cpu(q: Any, k: Any, v: Any, phi: Any, eps: float, C: int, causal: bool
 def _noncausal_cpu(Q: Any, K: Any, V: Any, phi: Any, eps: float) -> tuple[Any, Any]:
     """Q: (B, N_q, d), K: (B, N_k, d), V: (B, N_k, d_v) -> out (B, N_q, d_v), den (B, N_q)."""
     torch = B.torch_module()
-    nb, n_q, n_k, d_v = int(Q.shape[0]), int(Q.shape[1]), int(K.shape[1]), int(V.shape[-1])
+    nb, n_q, n_k, d = (int(s) for s in (*Q.shape[:2], K.shape[1], Q.shape[2]))
+    d_v, f = int(V.shape[-1]), phi.output_dim(d)
     out, den = V.new_empty((nb, n_q, d_v)), V.new_empty((nb, n_q))
     L = _BLOCK_TOKENS
+    feats, tmp = V.new_empty((L, f)), V.new_empty((L, d))
+    S, z = V.new_empty((f, d_v)), V.new_empty((f,))
     for b in range(nb):
-        S, z = None, None
+        S.zero_()
+        z.zero_()
         for s in range(0, n_k, L):  # S = phi(K)^T V, z = sum_j phi(k_j), a block of keys at a time
-            fk = phi(K[b, s : s + L])  # (L, f)
-            S = fk.T @ V[b, s : s + L] if S is None else S.addmm_(fk.T, V[b, s : s + L])
-            z = fk.sum(0) if z is None else z.add_(fk.sum(0))
+            e = min(s + L, n_k)
+            fk = phi.into(K[b, s:e], feats[: e - s], tmp[: e - s])  # (L, f)
+            S.addmm_(fk.T, V[b, s:e])
+            z.add_(fk.sum(0))
         for s in range(0, n_q, L):  # then every block of queries
-            fq = phi(Q[b, s : s + L])
-            o, dn = out[b, s : s + L], den[b, s : s + L]
+            e = min(s + L, n_q)
+            fq = phi.into(Q[b, s:e], feats[: e - s], tmp[: e - s])
+            o, dn = out[b, s:e], den[b, s:e]
             torch.mm(fq, S, out=o)  # phi(q_i)^T S
             torch.mv(fq, z, out=dn)  # phi(q_i) . z
-            o.div_(dn.clamp_min(eps)[:, None])
+            o.mul_(dn.clamp_min(eps).reciprocal_()[:, None])
     return out, den
 
 
 def _chunked_cpu(Q: Any, K: Any, V: Any, phi: Any, eps: float, C: int) -> tuple[Any, Any]:
     """Q, K: (B, N, d), V: (B, N, d_v) -> out (B, N, d_v), den (B, N); torch, CPU, no grad.
 
-    The denominator rides along as an extra value column: with ``V1 = [V | 1]`` the state
-    ``K^T V1 = [S | z]`` and ``A V1 = [A V | rowsum(A)]``, so one matmul gives both.
+    All sequences advance together, a block of G chunks at a time (at most ``_BLOCK_ROWS`` rows of
+    ``B x tokens``; many sequences are taken a group at a time).
     """
     nb, n = int(Q.shape[0]), int(Q.shape[1])
-    d_v = int(V.shape[-1])
-    L = max(C, _BLOCK_TOKENS // C * C)  # tokens per block: a whole number of chunks
-    L = min(L, -(-n // C) * C)
-    out, den = V.new_empty((nb, n, d_v)), V.new_empty((nb, n))
-    bufs = {
-        "V1": V.new_ones((L, d_v + 1)),  # [V | 1]; the last column stays 1
-        "Y": V.new_empty((L, d_v + 1)),  # [num | den]
-        "A": V.new_empty((L * C,)),  # the C x C scores of the block's chunks
-        "P": V.new_empty((L // C, phi.output_dim(int(Q.shape[-1])), d_v + 1)),  # per-chunk states
-    }
-    for b in range(nb):
-        S1 = None  # [S | z] carried along the sequence
-        for s in range(0, n, L):
-            e = min(s + L, n)
-            full = s + (e - s) // C * C  # [s, full): whole chunks; [full, e): one shorter chunk
-            for a, z_, c in ((s, full, C), (full, e, e - full)):
-                if z_ > a:
-                    fq, fk = phi(Q[b, a:z_]), phi(K[b, a:z_])  # (G*c, f)
-                    S1 = _segment_cpu(fq, fk, V[b, a:z_], S1, c, bufs, out[b, a:z_], den[b, a:z_], eps)
+    out, den = V.new_empty((nb, n, int(V.shape[-1]))), V.new_empty((nb, n))
+    group = max(1, _BLOCK_ROWS // C)  # sequences per pass: a block of one chunk each stays small
+    for b in range(0, nb, group):
+        e = min(b + group, nb)
+        _chunked_group(Q[b:e], K[b:e], V[b:e], phi, eps, C, out[b:e], den[b:e])
     return out, den
 
 
-def _segment_cpu(Q: Any, K: Any, V: Any, S1: Any, C: int, bufs: dict, out: Any, den: Any,
-                 eps: float) -> Any:
-    """G chunks of one batch entry. Q, K: (G*C, f), V: (G*C, d_v), S1 = [S | z]: (f, d_v + 1) or None.
+def _chunked_group(Q: Any, K: Any, V: Any, phi: Any, eps: float, C: int, out: Any, den: Any) -> None:
+    """Q, K: (B, N, d), V: (B, N, d_v); writes out: (B, N, d_v) and den: (B, N)."""
+    nb, n, d = (int(s) for s in Q.shape)
+    d_v, f = int(V.shape[-1]), phi.output_dim(d)
+    L = max(C, _BLOCK_ROWS // nb // C * C)  # tokens per block: a whole number of chunks
+    L = min(L, -(-n // C) * C)
+    rows = nb * L
+    bufs = {name: V.new_empty((rows * width,)) for name, width in
+            (("fq", f), ("fk", f), ("tmp", d), ("v", d_v), ("A", C), ("Y", d_v), ("den", 1))}
+    # state at the chunk boundaries of a block, for every sequence: S[0], z[0] is the state carried
+    # in from earlier blocks, S[g], z[g] the state after the block's chunk g
+    S = V.new_zeros((L // C + 1, nb, f, d_v))
+    z = V.new_zeros((L // C + 1, nb, f))
+    for s in range(0, n, L):
+        e = min(s + L, n)
+        full = s + (e - s) // C * C  # [s, full): whole chunks; [full, e): one shorter chunk
+        for a, b, c in ((s, full, C), (full, e, e - full)):
+            if b > a:
+                _chunked_block(Q[:, a:b], K[:, a:b], V[:, a:b], phi, eps, c, bufs, S, z,
+                               out[:, a:b], den[:, a:b])
 
-    Writes out: (G*C, d_v) and den: (G*C,); returns the new ``[S | z]``.
+
+def _chunked_block(Q: Any, K: Any, V: Any, phi: Any, eps: float, c: int, bufs: dict, S: Any, z: Any,
+                   out: Any, den: Any) -> None:
+    """G chunks of c tokens of every sequence: Q, K: (B, G*c, d), V: (B, G*c, d_v).
+
+    Writes out: (B, G*c, d_v) and den: (B, G*c); moves the carried state S[0], z[0] past the block.
+    The block's tensors are stored chunk-major, (G, B, c, .), so its G*B chunks flatten into one
+    batch for bmm, and chunk g of every sequence lines up with the state S[g] before it.
     """
     torch = B.torch_module()
-    n, f = (int(s) for s in Q.shape)
-    d_v, G = int(V.shape[-1]), n // C
-    V1 = bufs["V1"][:n]
-    V1[:, :d_v].copy_(V)
-    Qc, Kc, V1c = Q.view(G, C, f), K.view(G, C, f), V1.view(G, C, d_v + 1)
-    A = bufs["A"][: G * C * C].view(G, C, C)
-    torch.bmm(Qc, Kc.transpose(1, 2), out=A).tril_()  # masked scores inside each chunk
-    Y = bufs["Y"][:n].view(G, C, d_v + 1)
-    torch.bmm(A, V1c, out=Y)  # [A V | rowsum A]
-    P = bufs["P"][:G]  # (G, f, d_v + 1)
-    torch.bmm(Kc.transpose(1, 2), V1c, out=P)  # [K_c^T V_c | colsum K_c] per chunk
-    P.cumsum_(0)  # P[g] = sum over chunks <= g
-    if S1 is not None:
-        P.add_(S1)  # ... plus the state carried from earlier blocks
-        Y[0].addmm_(Qc[0], S1)  # chunk 0 sees the carried state
-    if G > 1:
-        Y[1:].baddbmm_(Qc[1:], P[:-1])  # chunk g sees the state after chunk g - 1
-    Y = Y.view(n, d_v + 1)
-    den.copy_(Y[:, d_v])
-    torch.div(Y[:, :d_v], Y[:, d_v:].clamp_min(eps), out=out)
-    return P[G - 1].clone()  # the buffer is reused by the next segment
+    nb, m, d = (int(s) for s in Q.shape)
+    d_v, f, G = int(V.shape[-1]), int(S.shape[-2]), m // c
+    n = G * nb  # chunks in the block
+
+    def chunks(name: str, width: int) -> tuple[Any, Any]:
+        # a buffer as (G*B, c, width), and the same memory seen as (B, G, c, width)
+        flat = bufs[name][: n * c * width].view(n, c, width)
+        return flat, flat.view(G, nb, c, width).transpose(0, 1)
+
+    (fq, fq_seq), (fk, fk_seq), (_, tmp_seq), (Vc, v_seq) = (
+        chunks("fq", f), chunks("fk", f), chunks("tmp", d), chunks("v", d_v))
+    phi.into(Q.view(nb, G, c, d), fq_seq, tmp_seq)
+    phi.into(K.view(nb, G, c, d), fk_seq, tmp_seq)
+    v_seq.copy_(V.view(nb, G, c, d_v))
+    A = bufs["A"][: n * c * c].view(n, c, c)
+    torch.bmm(fq, fk.transpose(1, 2), out=A).tril_()  # scores inside each chunk, causally masked
+    Y, Y_seq = chunks("Y", d_v)
+    torch.bmm(A, Vc, out=Y)  # numerators from inside the chunk
+    dn = bufs["den"][: n * c].view(n, c)
+    torch.sum(A, -1, out=dn)  # denominators from inside the chunk
+    # the states: S[g] = S[g - 1] + K_g^T V_g and z[g] = z[g - 1] + colsum K_g, a running sum
+    torch.bmm(fk.transpose(1, 2), Vc, out=S[1 : G + 1].view(n, f, d_v))
+    torch.sum(fk.view(G, nb, c, f), 2, out=z[1 : G + 1])
+    for g in range(1, G + 1):  # G adds of B states each (torch's cumsum over dim 0 is far slower)
+        S[g].add_(S[g - 1])
+    z[: G + 1].cumsum_(0)
+    Y.baddbmm_(fq, S[:G].view(n, f, d_v))  # chunk g reads the state before it
+    dn.unsqueeze(1).baddbmm_(z[:G].view(n, 1, f), fq.transpose(1, 2))  # z . phi(q): as a row, 5x faster
+    den.view(nb, G, c).copy_(dn.view(G, nb, c).transpose(0, 1))
+    r = dn.clamp_min_(eps).reciprocal_().view(G, nb, c, 1).transpose(0, 1)
+    torch.mul(Y_seq, r, out=out.view(nb, G, c, d_v))  # back to (B, tokens, d_v) order
+    S[0].copy_(S[G])
+    z[0].copy_(z[G])
