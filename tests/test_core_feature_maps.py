@@ -50,6 +50,23 @@ def test_elementwise_map_keeps_low_precision_dtype(name, dtype):
     assert_close(y, FORMULAS[name](x.astype(np.float64)), dtype=dtype, what=f"{name} in {dtype}")
 
 
+@pytest.mark.parametrize("name", sorted(FORMULAS))
+@pytest.mark.parametrize("dtype", ["float64", "float32", "bfloat16"])
+def test_into_writes_the_same_features_into_a_strided_buffer(name, dtype):
+    # FeatureMap.into, the CPU fast path's allocation-free form, must give phi(x) exactly as __call__
+    # does (up to rounding), also when out is a transposed view, as the chunked path uses it
+    import torch
+
+    x = signed_values("torch", dtype=dtype)  # (2, 3, 7, 6)
+    phi = get_feature_map(name)
+    out = torch.full((3, 2, 7, 6), float("nan"), dtype=x.dtype).transpose(0, 1)
+    tmp = torch.empty_like(x)
+    y = phi.into(x, out, tmp)
+    assert y.data_ptr() == out.data_ptr() and not torch.isnan(out).any()
+    assert_close(out.double(), FORMULAS[name](x.double().numpy()), dtype=dtype, what=f"{name}.into, {dtype}")
+    assert_close(out, phi(x), dtype=dtype, what=f"{name}.into against {name}(x), {dtype}")
+
+
 def test_softplus_and_elu_do_not_overflow():
     x = np.array([[-1e3, -50.0, 50.0, 1e3]])
     for name in ("softplus", "elu+1"):

@@ -225,3 +225,24 @@ def test_fast_cpu_path_equals_numpy_reference_forms(n, fast_map, causal, chunk):
         fast = linear_attention(tq, tk, tv, fast_map, causal=causal, method=method, chunk_size=chunk)
     reference = linear_attention(q, k, v, fast_map, causal=causal, method=method, chunk_size=chunk)
     assert_close(fast, reference, what=f"fast CPU path, {fast_map}, causal={causal}, C={chunk}")
+
+
+@pytest.mark.parametrize("batch", [(1,), (3,), (2, 35)], ids=["B1", "B3", "B70"])
+@pytest.mark.parametrize(
+    ("n", "chunk"), [(513, 64), (1000, 48), (4100, 64)], ids=["T513", "T1000C48", "T4100"]
+)
+def test_chunked_fast_path_for_batch_shapes_and_block_edges(batch, n, chunk):
+    # the fast path moves all sequences a block at a time: one sequence (blocks of 4096 tokens), a few,
+    # and more than one group (70 > 4096 // 64 sequences), with a shorter last chunk and last block
+    import torch
+
+    from linattn_core import linear as linear_module
+
+    rng = np.random.default_rng(n + len(batch))
+    q, k, v = rng.standard_normal((3, *batch, n, 8)) * 0.5
+    tq, tk, tv = (torch.from_numpy(x) for x in (q, k, v))
+    assert linear_module._use_fast_path(tq, tk, tv, True, "chunked")
+    with torch.no_grad():
+        fast = linear_attention(tq, tk, tv, "elu+1", causal=True, method="chunked", chunk_size=chunk)
+    reference = linear_attention(q, k, v, "elu+1", causal=True, method="cumsum")
+    assert_close(fast, reference, what=f"fast chunked path, batch {batch}, T={n}, C={chunk}")
