@@ -16,6 +16,7 @@ Causal, the same with prefix sums ``S_i = sum_{j <= i}``, computed three ways:
 
 from __future__ import annotations
 
+from types import SimpleNamespace
 from typing import Any
 
 from . import _backend as B
@@ -305,54 +306,75 @@ def _chunked_group(Q: Any, K: Any, V: Any, phi: Any, eps: float, C: int, out: An
     # in from earlier blocks, S[g], z[g] the state after the block's chunk g
     S = V.new_zeros((L // C + 1, nb, f, d_v))
     z = V.new_zeros((L // C + 1, nb, f))
+    views = {}  # (G, c) -> the buffers' views for a block of G chunks of c tokens, made once
     for s in range(0, n, L):
         e = min(s + L, n)
         full = s + (e - s) // C * C  # [s, full): whole chunks; [full, e): one shorter chunk
         for a, b, c in ((s, full, C), (full, e, e - full)):
             if b > a:
-                _chunked_block(Q[:, a:b], K[:, a:b], V[:, a:b], phi, eps, c, bufs, S, z,
+                G = (b - a) // c
+                if (G, c) not in views:
+                    views[G, c] = _block_views(bufs, S, z, nb, G, c, d, f, d_v)
+                _chunked_block(Q[:, a:b], K[:, a:b], V[:, a:b], phi, eps, views[G, c],
                                out[:, a:b], den[:, a:b])
 
 
-def _chunked_block(Q: Any, K: Any, V: Any, phi: Any, eps: float, c: int, bufs: dict, S: Any, z: Any,
-                   out: Any, den: Any) -> None:
-    """G chunks of c tokens of every sequence: Q, K: (B, G*c, d), V: (B, G*c, d_v).
+def _block_views(bufs: dict, S: Any, z: Any, nb: int, G: int, c: int, d: int, f: int,
+                 d_v: int) -> SimpleNamespace:
+    """Views of the flat buffers for a block of G chunks of c tokens of every sequence.
 
-    Writes out: (B, G*c, d_v) and den: (B, G*c); moves the carried state S[0], z[0] past the block.
-    The block's tensors are stored chunk-major, (G, B, c, .), so its G*B chunks flatten into one
-    batch for bmm, and chunk g of every sequence lines up with the state S[g] before it.
+    The block's tensors are stored chunk-major, (G, B, c, .), so its n = G*B chunks flatten into one
+    batch for bmm (``fq: (n, c, f)``), and chunk g of every sequence lines up with the state S[g]
+    before it. ``*_seq`` views see the same memory in the inputs' order, (B, G, c, .).
     """
-    torch = B.torch_module()
-    nb, m, d = (int(s) for s in Q.shape)
-    d_v, f, G = int(V.shape[-1]), int(S.shape[-2]), m // c
-    n = G * nb  # chunks in the block
+    n = G * nb
 
     def chunks(name: str, width: int) -> tuple[Any, Any]:
-        # a buffer as (G*B, c, width), and the same memory seen as (B, G, c, width)
         flat = bufs[name][: n * c * width].view(n, c, width)
         return flat, flat.view(G, nb, c, width).transpose(0, 1)
 
-    (fq, fq_seq), (fk, fk_seq), (_, tmp_seq), (Vc, v_seq) = (
-        chunks("fq", f), chunks("fk", f), chunks("tmp", d), chunks("v", d_v))
-    phi.into(Q.view(nb, G, c, d), fq_seq, tmp_seq)
-    phi.into(K.view(nb, G, c, d), fk_seq, tmp_seq)
-    v_seq.copy_(V.view(nb, G, c, d_v))
-    A = bufs["A"][: n * c * c].view(n, c, c)
-    torch.bmm(fq, fk.transpose(1, 2), out=A).tril_()  # scores inside each chunk, causally masked
-    Y, Y_seq = chunks("Y", d_v)
-    torch.bmm(A, Vc, out=Y)  # numerators from inside the chunk
-    dn = bufs["den"][: n * c].view(n, c)
-    torch.sum(A, -1, out=dn)  # denominators from inside the chunk
+    v = SimpleNamespace(G=G, c=c, S=S.unbind(0), z=z)
+    v.fq, v.fq_seq = chunks("fq", f)
+    v.fk, v.fk_seq = chunks("fk", f)
+    _, v.tmp_seq = chunks("tmp", d)
+    v.V, v.V_seq = chunks("v", d_v)
+    v.Y, v.Y_seq = chunks("Y", d_v)
+    v.A = bufs["A"][: n * c * c].view(n, c, c)
+    v.den = bufs["den"][: n * c].view(n, c)
+    v.den_seq = v.den.view(G, nb, c).transpose(0, 1)
+    v.den_row = v.den.unsqueeze(1)  # (n, 1, c)
+    v.recip_seq = v.den.view(G, nb, c, 1).transpose(0, 1)
+    v.fk_T, v.fq_T = v.fk.transpose(1, 2), v.fq.transpose(1, 2)
+    v.S_before, v.S_after = S[:G].view(n, f, d_v), S[1 : G + 1].view(n, f, d_v)
+    v.z_before, v.z_after = z[:G].view(n, 1, f), z[1 : G + 1]
+    v.z_upto, v.fk_g = z[: G + 1], v.fk.view(G, nb, c, f)
+    return v
+
+
+def _chunked_block(Q: Any, K: Any, V: Any, phi: Any, eps: float, v: SimpleNamespace, out: Any,
+                   den: Any) -> None:
+    """G chunks of c tokens of every sequence: Q, K: (B, G*c, d), V: (B, G*c, d_v); v: the buffers.
+
+    Writes out: (B, G*c, d_v) and den: (B, G*c); moves the carried state S[0], z[0] past the block.
+    """
+    torch = B.torch_module()
+    nb, G, c = int(Q.shape[0]), v.G, v.c
+    phi.into(Q.view(nb, G, c, -1), v.fq_seq, v.tmp_seq)
+    phi.into(K.view(nb, G, c, -1), v.fk_seq, v.tmp_seq)
+    v.V_seq.copy_(V.view(nb, G, c, -1))
+    torch.bmm(v.fq, v.fk_T, out=v.A).tril_()  # scores inside each chunk, causally masked
+    torch.bmm(v.A, v.V, out=v.Y)  # numerators from inside the chunk
+    torch.sum(v.A, -1, out=v.den)  # denominators from inside the chunk
     # the states: S[g] = S[g - 1] + K_g^T V_g and z[g] = z[g - 1] + colsum K_g, a running sum
-    torch.bmm(fk.transpose(1, 2), Vc, out=S[1 : G + 1].view(n, f, d_v))
-    torch.sum(fk.view(G, nb, c, f), 2, out=z[1 : G + 1])
+    torch.bmm(v.fk_T, v.V, out=v.S_after)
+    torch.sum(v.fk_g, 2, out=v.z_after)
     for g in range(1, G + 1):  # G adds of B states each (torch's cumsum over dim 0 is far slower)
-        S[g].add_(S[g - 1])
-    z[: G + 1].cumsum_(0)
-    Y.baddbmm_(fq, S[:G].view(n, f, d_v))  # chunk g reads the state before it
-    dn.unsqueeze(1).baddbmm_(z[:G].view(n, 1, f), fq.transpose(1, 2))  # z . phi(q): as a row, 5x faster
-    den.view(nb, G, c).copy_(dn.view(G, nb, c).transpose(0, 1))
-    r = dn.clamp_min_(eps).reciprocal_().view(G, nb, c, 1).transpose(0, 1)
-    torch.mul(Y_seq, r, out=out.view(nb, G, c, d_v))  # back to (B, tokens, d_v) order
-    S[0].copy_(S[G])
-    z[0].copy_(z[G])
+        v.S[g].add_(v.S[g - 1])
+    v.z_upto.cumsum_(0)
+    v.Y.baddbmm_(v.fq, v.S_before)  # chunk g reads the state before it
+    v.den_row.baddbmm_(v.z_before, v.fq_T)  # z . phi(q), as a row times a matrix: 5x faster than a column
+    den.view(nb, G, c).copy_(v.den_seq)
+    v.den.clamp_min_(eps).reciprocal_()
+    torch.mul(v.Y_seq, v.recip_seq, out=out.view(nb, G, c, -1))  # back to (B, tokens, d_v) order
+    v.S[0].copy_(v.S[G])
+    v.z[0].copy_(v.z[G])
