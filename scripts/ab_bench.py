@@ -1,0 +1,89 @@
+"""A/B timing of the causal chunked form: a git revision against the working tree, in one process.
+
+    python scripts/ab_bench.py 28db73e            # N = 4096 and 16384, best of 25 interleaved calls
+    python scripts/ab_bench.py HEAD~3 --lengths 65536 --reps 8
+
+On a shared machine the speed drifts by tens of percent within minutes, so two separate bench runs cannot
+tell a 10% change from noise. Here both versions run on the same inputs, call after call in alternation,
+and each keeps its fastest call. The matmul rate is measured before and after, to show the drift. The
+fractions use the chunked FLOP count of issue 2 and the better of the two rates (the stricter reading).
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import importlib
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def load(path: Path):
+    """Import linattn_core from ``path`` as a separate module object."""
+    for name in [m for m in sys.modules if m == "linattn_core" or m.startswith("linattn_core.")]:
+        del sys.modules[name]
+    sys.path.insert(0, str(path))
+    try:
+        return importlib.import_module("linattn_core")
+    finally:
+        sys.path.pop(0)
+
+
+def checkout(rev: str, into: Path) -> Path:
+    archive = subprocess.run(["git", "archive", rev, "linattn_core"], cwd=ROOT, check=True,
+                             capture_output=True).stdout
+    with tempfile.TemporaryFile() as f:
+        f.write(archive)
+        f.seek(0)
+        tarfile.open(fileobj=f).extractall(into, filter="data")
+    return into
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("rev", help="git revision to compare the working tree with")
+    parser.add_argument("--lengths", type=int, nargs="+", default=[4096, 16384])
+    parser.add_argument("--reps", type=int, default=25)
+    parser.add_argument("--chunk-size", type=int, default=64)
+    args = parser.parse_args()
+
+    import torch
+
+    with tempfile.TemporaryDirectory() as tmp:
+        versions = {args.rev: load(checkout(args.rev, Path(tmp))), "working tree": load(ROOT)}
+        timing = importlib.import_module("linattn_core.timing")  # the working tree's (loaded last)
+        rate_before = timing.matmul_rate("cpu")
+        gen = torch.Generator().manual_seed(0)
+        rows = []
+        for n in args.lengths:
+            q, k, v = (torch.randn(1, 8, n, 64, generator=gen) for _ in range(3))
+            calls = {name: functools.partial(m.linear_attention, q, k, v, "elu+1", causal=True,
+                                             method="chunked", chunk_size=args.chunk_size)
+                     for name, m in versions.items()}
+            for call in calls.values():
+                call()  # warm-up
+            best = dict.fromkeys(calls, float("inf"))
+            for _ in range(args.reps):
+                for name, call in calls.items():
+                    start = time.perf_counter()
+                    call()
+                    best[name] = min(best[name], time.perf_counter() - start)
+            flops = timing.flops("chunked", n, 64, 64, causal=True, chunk_size=args.chunk_size, batch_heads=8)
+            rows += [(n, name, t, flops / t / 1e9) for name, t in best.items()]
+        rate_after = timing.matmul_rate("cpu")
+    rate = max(rate_before, rate_after) / 1e9
+    print(f"matmul rate: {rate_before / 1e9:.1f} GFLOP/s before, {rate_after / 1e9:.1f} after; "
+          f"fractions use {rate:.1f}")
+    for n, name, t, gflops in rows:
+        print(f"N={n:6d}  {name:14s} {t * 1e3:9.2f} ms  {gflops:6.1f} GFLOP/s  {gflops / rate:6.1%}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
