@@ -29,6 +29,9 @@ def quick_json(tmp_path_factory):
 
 def test_quick_run_writes_the_schema(quick_json, capsys):
     assert quick_json["matmul_gflops"] > 0
+    # the yardstick is measured before and after the sweep, and the fractions use the higher rate
+    before, after = quick_json["matmul_gflops_before"], quick_json["matmul_gflops_after"]
+    assert before > 0 and after > 0 and quick_json["matmul_gflops"] == max(before, after)
     assert META_KEYS <= set(quick_json["meta"])
     assert quick_json["meta"]["dtype"] == "float32"
     results = quick_json["results"]
