@@ -333,7 +333,7 @@ def _block_views(bufs: dict, S: Any, z: Any, nb: int, G: int, c: int, d: int, f:
         flat = bufs[name][: n * c * width].view(n, c, width)
         return flat, flat.view(G, nb, c, width).transpose(0, 1)
 
-    v = SimpleNamespace(G=G, c=c, S=S.unbind(0), z=z)
+    v = SimpleNamespace(G=G, c=c, S_rows=S.unbind(0), z=z)  # S_rows[g]: the states after chunk g
     v.fq, v.fq_seq = chunks("fq", f)
     v.fk, v.fk_seq = chunks("fk", f)
     _, v.tmp_seq = chunks("tmp", d)
@@ -369,12 +369,12 @@ def _chunked_block(Q: Any, K: Any, V: Any, phi: Any, eps: float, v: SimpleNamesp
     torch.bmm(v.fk_T, v.V, out=v.S_after)
     torch.sum(v.fk_g, 2, out=v.z_after)
     for g in range(1, G + 1):  # G adds of B states each (torch's cumsum over dim 0 is far slower)
-        v.S[g].add_(v.S[g - 1])
+        v.S_rows[g].add_(v.S_rows[g - 1])
     v.z_upto.cumsum_(0)
     v.Y.baddbmm_(v.fq, v.S_before)  # chunk g reads the state before it
     v.den_row.baddbmm_(v.z_before, v.fq_T)  # z . phi(q), as a row times a matrix: 5x faster than a column
     den.view(nb, G, c).copy_(v.den_seq)
     v.den.clamp_min_(eps).reciprocal_()
     torch.mul(v.Y_seq, v.recip_seq, out=out.view(nb, G, c, -1))  # back to (B, tokens, d_v) order
-    v.S[0].copy_(v.S[G])
+    v.S_rows[0].copy_(v.S_rows[G])
     v.z[0].copy_(v.z[G])
