@@ -20,6 +20,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from . import _backend as B
+from . import _memory
 from .attention import normalise, warn_nonpositive
 from .feature_maps import Identity, as_feature_map
 
@@ -256,7 +257,7 @@ def _noncausal_cpu(Q: Any, K: Any, V: Any, phi: Any, eps: float) -> tuple[Any, A
     torch = B.torch_module()
     nb, n_q, n_k, d = (int(s) for s in (*Q.shape[:2], K.shape[1], Q.shape[2]))
     d_v, f = int(V.shape[-1]), phi.output_dim(d)
-    out, den = V.new_empty((nb, n_q, d_v)), V.new_empty((nb, n_q))
+    out, den = _memory.empty((nb, n_q, d_v), V), V.new_empty((nb, n_q))
     L = _BLOCK_TOKENS
     feats, tmp = V.new_empty((L, f)), V.new_empty((L, d))
     S, z = V.new_empty((f, d_v)), V.new_empty((f,))
@@ -285,7 +286,7 @@ def _chunked_cpu(Q: Any, K: Any, V: Any, phi: Any, eps: float, C: int) -> tuple[
     ``B x tokens``; many sequences are taken a group at a time).
     """
     nb, n = int(Q.shape[0]), int(Q.shape[1])
-    out, den = V.new_empty((nb, n, int(V.shape[-1]))), V.new_empty((nb, n))
+    out, den = _memory.empty((nb, n, int(V.shape[-1])), V), V.new_empty((nb, n))
     group = max(1, _BLOCK_ROWS // C)  # sequences per pass: a block of one chunk each stays small
     for b in range(0, nb, group):
         e = min(b + group, nb)

@@ -5,8 +5,9 @@
 
 On a shared machine the speed drifts by tens of percent within minutes, so two separate bench runs cannot
 tell a 10% change from noise. Here both versions run on the same inputs, call after call in alternation,
-and each keeps its fastest call. The matmul rate is measured before and after, to show the drift. The
-fractions use the chunked FLOP count of issue 2 and the better of the two rates (the stricter reading).
+and each keeps its fastest call; the median is printed too (the bench reports medians). The matmul rate
+is measured before and after, to show the drift. The fractions use the chunked FLOP count of issue 2 and
+the better of the two rates (the stricter reading).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from __future__ import annotations
 import argparse
 import functools
 import importlib
+import statistics
 import subprocess
 import sys
 import tarfile
@@ -68,20 +70,23 @@ def main() -> int:
                      for name, m in versions.items()}
             for call in calls.values():
                 call()  # warm-up
-            best = dict.fromkeys(calls, float("inf"))
+            times: dict[str, list[float]] = {name: [] for name in calls}
             for _ in range(args.reps):
                 for name, call in calls.items():
                     start = time.perf_counter()
                     call()
-                    best[name] = min(best[name], time.perf_counter() - start)
+                    times[name].append(time.perf_counter() - start)
             flops = timing.flops("chunked", n, 64, 64, causal=True, chunk_size=args.chunk_size, batch_heads=8)
-            rows += [(n, name, t, flops / t / 1e9) for name, t in best.items()]
+            rows += [(n, name, min(ts), statistics.median(ts), flops / min(ts) / 1e9)
+                     for name, ts in times.items()]
         rate_after = timing.matmul_rate("cpu")
     rate = max(rate_before, rate_after) / 1e9
     print(f"matmul rate: {rate_before / 1e9:.1f} GFLOP/s before, {rate_after / 1e9:.1f} after; "
           f"fractions use {rate:.1f}")
-    for n, name, t, gflops in rows:
-        print(f"N={n:6d}  {name:14s} {t * 1e3:9.2f} ms  {gflops:6.1f} GFLOP/s  {gflops / rate:6.1%}")
+    print(f"{'N':>8s}  {'version':14s} {'best':>9s}    {'median':>9s}    best as GFLOP/s, fraction")
+    for n, name, best, median, gflops in rows:
+        print(f"N={n:6d}  {name:14s} {best * 1e3:9.2f} ms {median * 1e3:9.2f} ms  {gflops:6.1f} GFLOP/s  "
+              f"{gflops / rate:6.1%}")
     return 0
 
 

@@ -119,3 +119,85 @@ def test_torch_cuda_peak_memory_is_far_below_n_squared(mode):
     torch.cuda.synchronize()
     peak = torch.cuda.max_memory_allocated() - base
     assert peak < PEAK_FACTOR * io_bytes(N)
+
+
+# --- large results on huge pages (linattn_core._memory) ---------------------------------------------
+def _thp_mode() -> str:
+    try:
+        with open("/sys/kernel/mm/transparent_hugepage/enabled") as f:
+            return f.read().split("[")[1].split("]")[0]
+    except (OSError, IndexError):
+        return "unavailable"
+
+
+def _anon_huge_bytes(address: int) -> int:
+    """AnonHugePages of the mapping that holds ``address``, from /proc/self/smaps."""
+    inside = False
+    with open("/proc/self/smaps") as f:
+        for line in f:
+            head = line.split()[0]
+            if "-" in head and not head.endswith(":"):
+                lo, hi = (int(x, 16) for x in head.split("-"))
+                inside = lo <= address < hi
+            elif inside and head == "AnonHugePages:":
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64", "bfloat16"])
+def test_large_results_start_on_a_huge_page_and_are_plain_tensors(dtype):
+    torch = pytest.importorskip("torch")
+    from linattn_core import _memory
+
+    like = torch.empty(0, dtype=getattr(torch, dtype))
+    shape = (3, _memory._FRESH_BYTES // like.element_size() // 3 // 64 + 1, 64)  # just over the threshold
+    out = _memory.empty(shape, like)
+    assert tuple(out.shape) == shape and out.dtype == like.dtype and out.is_contiguous()
+    if _memory._madvise is not None:
+        assert out.data_ptr() % _memory._HUGE_PAGE == 0
+        extra = out.untyped_storage().nbytes() - out.numel() * out.element_size()
+        assert 0 < extra <= _memory._HUGE_PAGE  # a 2 MiB margin at most, for the alignment
+    out.fill_(2)
+    assert bool((out == 2).all())
+    small = _memory.empty((4, 5), like)  # below the threshold: an ordinary tensor
+    assert small.storage_offset() == 0 and small.untyped_storage().nbytes() == 20 * like.element_size()
+
+
+def test_large_results_are_backed_by_huge_pages_where_the_kernel_allows():
+    torch = pytest.importorskip("torch")
+    from linattn_core import _memory
+
+    if _memory._madvise is None or _thp_mode() not in ("always", "madvise"):
+        pytest.skip(f"transparent huge pages here: {_thp_mode()}")
+    out = _memory.empty((_memory._FRESH_BYTES // 4,), torch.empty(0))
+    out.fill_(1)  # the first touch maps the pages
+    assert _anon_huge_bytes(out.data_ptr()) >= _memory._HUGE_PAGE
+
+
+def test_results_fall_back_to_new_empty_without_madvise(monkeypatch):
+    torch = pytest.importorskip("torch")
+    from linattn_core import _memory
+
+    monkeypatch.setattr(_memory, "_madvise", None)
+    out = _memory.empty((_memory._FRESH_BYTES // 4,), torch.empty(0))
+    assert out.storage_offset() == 0 and out.untyped_storage().nbytes() == _memory._FRESH_BYTES
+
+
+@pytest.mark.parametrize("causal", [False, True], ids=["noncausal", "causal"])
+def test_fast_path_results_on_huge_pages_equal_the_reference(causal):
+    # an output over the 32 MiB threshold (64 x 2048 x 64 float32), so the result comes from _memory
+    torch = pytest.importorskip("torch")
+    from _tolerances import assert_close
+
+    from linattn_core import _memory
+
+    rng = np.random.default_rng(7)
+    q, k = rng.standard_normal((2, 64, 2048, 8)) * 0.5
+    v = rng.standard_normal((64, 2048, 64))
+    tq, tk, tv = (torch.from_numpy(x.astype(np.float32)) for x in (q, k, v))
+    assert tv.numel() * 4 >= _memory._FRESH_BYTES
+    with torch.no_grad():
+        out = linear_attention(tq, tk, tv, causal=causal, method="chunked")
+    expected = linear_attention(*(x.numpy().astype(np.float64) for x in (tq, tk, tv)), causal=causal,
+                                method="chunked")
+    assert_close(out, expected, what=f"fast path, 32 MiB output, causal={causal}")
