@@ -1,56 +1,97 @@
-"""Fresh CPU memory for large results, backed by transparent huge pages where Linux offers them.
+"""Memory for large CPU results: reused from call to call, and on huge pages where Linux offers them.
 
-A freshly allocated result is faulted in by the first write to it, one page at a time. glibc hands a
-block of 32 MiB or more straight to ``mmap`` and back to the kernel on ``free``, so a function that
-returns such a block pays those faults on every call: 8,192 faults of 4 KiB for a 32 MiB result, about
-12 ms on the 2-core VM of issue 2, or 15% of a causal ``linear_attention`` at N = 16,384 (batch x
-heads 8, d_v 64). Asking for 2 MiB pages first (``madvise(MADV_HUGEPAGE)``, what PyTorch's own
-``THP_MEM_ALLOC_ENABLE=1`` does for every allocation) turns them into 16 faults: about 3 ms there.
-Smaller blocks are left alone: glibc reuses them from its heap, so they fault only once.
+A fresh result is faulted in by the first write to it, one 4 KiB page at a time. glibc reuses a freed
+block from its heap only below 32 MiB; a larger one goes back to the kernel on ``free``, so a function
+returning one pays the faults again on every call. On the 2-core VM of issue 2 that is 12 ms for a
+32 MiB result, 15% of a causal ``linear_attention`` at N = 16,384 (batch x heads 8, d_v 64); and on
+a VM whose host reclaims freed memory, often far more.
+
+So results of ``_FRESH_BYTES`` or more live in memory-mapped blocks that this module keeps (at most
+``_KEEP`` of them) and hands out again once nothing refers to the previous result any more, the way
+glibc does for smaller blocks and PyTorch's CUDA allocator for all. Each block is also marked for
+2 MiB pages (``madvise(MADV_HUGEPAGE)``, what PyTorch's ``THP_MEM_ALLOC_ENABLE=1`` does), so its first
+use faults 16 times instead of 8,192.
+
+A block is known to be free when its ``mmap`` can be resized: the result tensor holds a
+``memoryview`` of the block (``torch.frombuffer`` keeps its buffer object alive), and ``mmap``
+refuses to resize while a view exists. Any tensor, view, storage or numpy array still sharing the
+result keeps that view alive.
 """
 
 from __future__ import annotations
 
-import ctypes
 import math
-import sys
+import mmap
+import threading
 from typing import Any
 
 _HUGE_PAGE = 2 << 20
 # glibc's largest dynamic mmap threshold on 64-bit: blocks at least this big are mapped afresh each time
 _FRESH_BYTES = 32 << 20
-_MADV_HUGEPAGE = 14
+_KEEP = 2  # blocks kept for reuse: a result in use and the one before it (layer after layer)
 
-
-def _find_madvise() -> Any:
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        madvise = ctypes.CDLL(None, use_errno=True).madvise
-    except (OSError, AttributeError):
-        return None
-    madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
-    madvise.restype = ctypes.c_int
-    return madvise
-
-
-_madvise = _find_madvise()
+_lock = threading.Lock()
+_blocks: list[tuple[mmap.mmap, int]] = []  # (block, offset of its first 2 MiB boundary); newest last
 
 
 def empty(shape: tuple[int, ...], like: Any) -> Any:
     """An uninitialised tensor of ``shape`` with ``like``'s dtype and device (like ``new_empty``).
 
-    On a Linux CPU, a result of ``_FRESH_BYTES`` or more is laid out on 2 MiB boundaries and marked
-    for huge pages before anything touches it; the tensor is a contiguous view into a block 2 MiB
-    larger. Elsewhere, or if the kernel declines, it is an ordinary ``new_empty``.
+    On the CPU, a result of ``_FRESH_BYTES`` or more is a contiguous view into a kept block (see the
+    module docstring); it is not resizable. Anything smaller, or on another device, is ``new_empty``.
     """
+    import torch
+
     numel, size = math.prod(shape), like.element_size()
-    if _madvise is None or like.device.type != "cpu" or numel * size < _FRESH_BYTES:
+    nbytes = numel * size
+    if like.device.type != "cpu" or nbytes < _FRESH_BYTES:
         return like.new_empty(shape)
-    raw = like.new_empty((numel + _HUGE_PAGE // size,))
-    start = raw.data_ptr()
-    aligned = -(-start // _HUGE_PAGE) * _HUGE_PAGE
-    offset = (aligned - start) // size  # allocations are 64-byte aligned, so this is exact
-    pages = (start + numel * size + _HUGE_PAGE - aligned) // _HUGE_PAGE  # whole 2 MiB pages inside
-    _madvise(aligned, pages * _HUGE_PAGE, _MADV_HUGEPAGE)  # a refusal (THP off) leaves 4 KiB pages
-    return raw[offset : offset + numel].view(shape)
+    with _lock:  # find and claim a block in one step, so two threads never get the same one
+        block, offset = _claim(nbytes)
+        flat = torch.frombuffer(memoryview(block), dtype=like.dtype, count=numel, offset=offset)
+    return flat.view(shape)
+
+
+def _claim(nbytes: int) -> tuple[mmap.mmap, int]:
+    for i, (block, offset) in enumerate(_blocks):
+        # a free block that fits, and not one far larger than needed
+        if nbytes <= len(block) - offset <= 2 * nbytes + _HUGE_PAGE and _is_free(block):
+            _blocks.append(_blocks.pop(i))
+            return block, offset
+    if hasattr(mmap, "MAP_PRIVATE"):  # Unix: private, like malloc's memory (the default is shared)
+        block = mmap.mmap(-1, nbytes + _HUGE_PAGE, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    else:
+        block = mmap.mmap(-1, nbytes + _HUGE_PAGE)
+    address = _address(block)
+    offset = -address % _HUGE_PAGE  # mmap returns whole pages, so the offset is a whole number of items
+    if hasattr(mmap, "MADV_HUGEPAGE"):  # Linux; before anything touches the block
+        try:
+            block.madvise(mmap.MADV_HUGEPAGE, offset, (len(block) - offset) // _HUGE_PAGE * _HUGE_PAGE)
+        except OSError:  # transparent huge pages switched off: 4 KiB pages, as without the call
+            pass
+    _blocks.append((block, offset))
+    del _blocks[:-_KEEP]  # forget the oldest; a result still using one keeps it alive itself
+    return block, offset
+
+
+def _is_free(block: mmap.mmap) -> bool:
+    """True when no tensor made from ``block`` is alive (``mmap`` cannot resize while viewed)."""
+    try:
+        block.resize(len(block))
+    except BufferError:
+        return False
+    except (OSError, SystemError, ValueError):  # cannot resize anonymous maps here: never reuse
+        return False
+    return True
+
+
+def _address(block: mmap.mmap) -> int:
+    import torch
+
+    return torch.frombuffer(block, dtype=torch.uint8, count=1).data_ptr()
+
+
+def release() -> None:
+    """Forget the kept blocks (their memory returns to the system once no result uses it)."""
+    with _lock:
+        _blocks.clear()

@@ -224,7 +224,8 @@ def _chunks(Q: Any, K: Any, V: Any, S: Any, z: Any, C: int, eps: float) -> tuple
 # memory costs a page fault per 4 KiB), the working set stays within the last-level cache, and each op
 # covers as many chunks as possible so that the fixed cost of an op is paid rarely. Buffers are reused
 # with out= and in-place ops, which is why this path is not used under autograd; on GPUs the batched
-# forms above keep the device busy, so it is not used there either.
+# forms above keep the device busy, so it is not used there either. Results of 32 MiB or more come
+# from _memory, which keeps their memory for the next call (glibc would fault it in afresh each time).
 _FAST_MIN_N = 512
 
 

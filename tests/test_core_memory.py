@@ -121,7 +121,7 @@ def test_torch_cuda_peak_memory_is_far_below_n_squared(mode):
     assert peak < PEAK_FACTOR * io_bytes(N)
 
 
-# --- large results on huge pages (linattn_core._memory) ---------------------------------------------
+# --- large results: kept blocks, reused once free, on huge pages (linattn_core._memory) ---------------
 def _thp_mode() -> str:
     try:
         with open("/sys/kernel/mm/transparent_hugepage/enabled") as f:
@@ -144,60 +144,142 @@ def _anon_huge_bytes(address: int) -> int:
     return 0
 
 
-@pytest.mark.parametrize("dtype", ["float32", "float64", "bfloat16"])
-def test_large_results_start_on_a_huge_page_and_are_plain_tensors(dtype):
-    torch = pytest.importorskip("torch")
+@pytest.fixture
+def memory():
+    pytest.importorskip("torch")
     from linattn_core import _memory
 
+    _memory.release()
+    yield _memory
+    _memory.release()
+
+
+def big(memory, dtype="float32"):
+    """A shape just over the threshold, and a tensor of the dtype to copy."""
+    import torch
+
     like = torch.empty(0, dtype=getattr(torch, dtype))
-    shape = (3, _memory._FRESH_BYTES // like.element_size() // 3 // 64 + 1, 64)  # just over the threshold
-    out = _memory.empty(shape, like)
+    return (3, memory._FRESH_BYTES // like.element_size() // 3 // 64 + 1, 64), like
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64", "bfloat16"])
+def test_large_results_start_on_a_huge_page_and_hold_any_value(memory, dtype):
+    shape, like = big(memory, dtype)
+    out = memory.empty(shape, like)
     assert tuple(out.shape) == shape and out.dtype == like.dtype and out.is_contiguous()
-    if _memory._madvise is not None:
-        assert out.data_ptr() % _memory._HUGE_PAGE == 0
-        extra = out.untyped_storage().nbytes() - out.numel() * out.element_size()
-        assert 0 < extra <= _memory._HUGE_PAGE  # a 2 MiB margin at most, for the alignment
+    assert out.data_ptr() % memory._HUGE_PAGE == 0
     out.fill_(2)
     assert bool((out == 2).all())
-    small = _memory.empty((4, 5), like)  # below the threshold: an ordinary tensor
+    small = memory.empty((4, 5), like)  # below the threshold: an ordinary tensor
     assert small.storage_offset() == 0 and small.untyped_storage().nbytes() == 20 * like.element_size()
 
 
-def test_large_results_are_backed_by_huge_pages_where_the_kernel_allows():
-    torch = pytest.importorskip("torch")
-    from linattn_core import _memory
+def test_a_result_in_use_is_never_handed_out_again(memory):
+    shape, like = big(memory)
+    first = memory.empty(shape, like)
+    first.fill_(1)
+    keepers = {
+        "the tensor": lambda t: t,
+        "a view": lambda t: t[1:, ::2],
+        "its storage": lambda t: t.untyped_storage(),
+        "its .data": lambda t: t.data,
+        "a numpy array": lambda t: t.numpy(),
+    }
+    for what, keep in keepers.items():
+        held = keep(memory.empty(shape, like))
+        ptr = memory._address(memory._blocks[-1][0])
+        for _ in range(3):
+            other = memory.empty(shape, like)
+            assert not ptr <= other.data_ptr() < ptr + len(memory._blocks[-1][0]) or other is held, what
+            other.fill_(7)
+            del other
+        del held
+    assert bool((first == 1).all()), "a live result was overwritten"
 
-    if _memory._madvise is None or _thp_mode() not in ("always", "madvise"):
+
+def test_a_dropped_result_is_reused_and_the_kept_blocks_are_bounded(memory):
+    shape, like = big(memory)
+    ptr = memory.empty(shape, like).data_ptr()  # dropped at once
+    assert memory.empty(shape, like).data_ptr() == ptr
+    alive = [memory.empty(shape, like) for _ in range(5)]
+    assert len({t.data_ptr() for t in alive}) == 5
+    assert len(memory._blocks) == memory._KEEP
+    for t in alive:
+        t.fill_(3)
+    assert all(bool((t == 3).all()) for t in alive)
+    # a much smaller (but still large) result does not take a block twice its size
+    half = memory.empty((memory._FRESH_BYTES // 4,), like)
+    del alive
+    double = memory.empty((memory._FRESH_BYTES // 2,), like)
+    assert double.data_ptr() != half.data_ptr()
+
+
+def test_large_results_are_backed_by_huge_pages_where_the_kernel_allows(memory):
+    if _thp_mode() not in ("always", "madvise"):
         pytest.skip(f"transparent huge pages here: {_thp_mode()}")
-    out = _memory.empty((_memory._FRESH_BYTES // 4,), torch.empty(0))
+    out = memory.empty(*big(memory))
     out.fill_(1)  # the first touch maps the pages
-    assert _anon_huge_bytes(out.data_ptr()) >= _memory._HUGE_PAGE
+    assert _anon_huge_bytes(out.data_ptr()) >= memory._HUGE_PAGE
 
 
-def test_results_fall_back_to_new_empty_without_madvise(monkeypatch):
-    torch = pytest.importorskip("torch")
-    from linattn_core import _memory
+def test_blocks_are_not_reused_where_maps_cannot_be_resized(memory, monkeypatch):
+    monkeypatch.setattr(memory, "_is_free", lambda block: False)
+    shape, like = big(memory)
+    ptrs = [memory.empty(shape, like).data_ptr() for _ in range(2)]
+    assert len(memory._blocks) <= memory._KEEP and ptrs[0] != ptrs[1]
 
-    monkeypatch.setattr(_memory, "_madvise", None)
-    out = _memory.empty((_memory._FRESH_BYTES // 4,), torch.empty(0))
-    assert out.storage_offset() == 0 and out.untyped_storage().nbytes() == _memory._FRESH_BYTES
+
+def test_threads_never_share_a_result(memory):
+    from concurrent.futures import ThreadPoolExecutor
+
+    shape, like = big(memory)
+
+    def work(i):
+        out = memory.empty(shape, like)
+        out.fill_(i)
+        return out
+
+    with ThreadPoolExecutor(4) as pool:
+        outs = list(pool.map(work, range(8)))
+    assert len({t.data_ptr() for t in outs}) == 8
+    assert all(bool((t == i).all()) for i, t in enumerate(outs))
 
 
 @pytest.mark.parametrize("causal", [False, True], ids=["noncausal", "causal"])
-def test_fast_path_results_on_huge_pages_equal_the_reference(causal):
-    # an output over the 32 MiB threshold (64 x 2048 x 64 float32), so the result comes from _memory
-    torch = pytest.importorskip("torch")
+def test_fast_path_results_in_kept_blocks_equal_the_reference(memory, causal):
+    # outputs over the 32 MiB threshold (64 x 2048 x 64 float32): the second call reuses no block
+    # while the first result is alive, and both equal the float64 reference
+    import torch
     from _tolerances import assert_close
 
-    from linattn_core import _memory
-
     rng = np.random.default_rng(7)
-    q, k = rng.standard_normal((2, 64, 2048, 8)) * 0.5
-    v = rng.standard_normal((64, 2048, 64))
-    tq, tk, tv = (torch.from_numpy(x.astype(np.float32)) for x in (q, k, v))
-    assert tv.numel() * 4 >= _memory._FRESH_BYTES
-    with torch.no_grad():
-        out = linear_attention(tq, tk, tv, causal=causal, method="chunked")
-    expected = linear_attention(*(x.numpy().astype(np.float64) for x in (tq, tk, tv)), causal=causal,
-                                method="chunked")
-    assert_close(out, expected, what=f"fast path, 32 MiB output, causal={causal}")
+    results = []
+    for seed in (7, 8):
+        rng = np.random.default_rng(seed)
+        q, k = rng.standard_normal((2, 64, 2048, 8)) * 0.5
+        v = rng.standard_normal((64, 2048, 64))
+        tq, tk, tv = (torch.from_numpy(x.astype(np.float32)) for x in (q, k, v))
+        assert tv.numel() * 4 >= memory._FRESH_BYTES
+        with torch.no_grad():
+            out = linear_attention(tq, tk, tv, causal=causal, method="chunked")
+        expected = linear_attention(*(x.numpy().astype(np.float64) for x in (tq, tk, tv)), causal=causal,
+                                    method="chunked")
+        results.append((out, expected))
+    assert results[0][0].data_ptr() != results[1][0].data_ptr()
+    for out, expected in results:
+        assert_close(out, expected, what=f"fast path, 32 MiB output, causal={causal}")
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "fork"), reason="needs os.fork")
+def test_a_forked_child_writes_its_own_copy_of_a_result(memory):
+    # private memory, like malloc's: a child (a DataLoader worker, say) cannot change the parent's result
+    import os
+
+    out = memory.empty(*big(memory))
+    out.fill_(1)
+    pid = os.fork()
+    if pid == 0:  # the child: numpy only (OpenMP is not safe after fork), then leave at once
+        out.numpy()[:] = 5
+        os._exit(0)
+    os.waitpid(pid, 0)
+    assert bool((out == 1).all())
