@@ -25,6 +25,8 @@ import mmap
 import threading
 from typing import Any
 
+from . import _backend as B
+
 _HUGE_PAGE = 2 << 20
 # glibc's largest dynamic mmap threshold on 64-bit: blocks at least this big are mapped afresh each time
 _FRESH_BYTES = 32 << 20
@@ -40,8 +42,7 @@ def empty(shape: tuple[int, ...], like: Any) -> Any:
     On the CPU, a result of ``_FRESH_BYTES`` or more is a contiguous view into a kept block (see the
     module docstring); it is not resizable. Anything smaller, or on another device, is ``new_empty``.
     """
-    import torch
-
+    torch = B.torch_module()  # like is a tensor, so torch is loaded
     numel, size = math.prod(shape), like.element_size()
     nbytes = numel * size
     if like.device.type != "cpu" or nbytes < _FRESH_BYTES:
@@ -86,8 +87,7 @@ def _is_free(block: mmap.mmap) -> bool:
 
 
 def _address(block: mmap.mmap) -> int:
-    import torch
-
+    torch = B.torch_module()
     return torch.frombuffer(block, dtype=torch.uint8, count=1).data_ptr()
 
 

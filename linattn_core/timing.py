@@ -416,7 +416,8 @@ def peak_memory(fn: Callable[[], Any], *, device: Any = None) -> tuple[int | Non
     - CPU, torch (Linux): the process's peak resident set size (``VmHWM``, reset through
       ``/proc/self/clear_refs``) minus the resident size before the call. This counts every new page the
       call touches (tensors and anything else): exact for large tensors (their own pages), while many small
-      allocations can be served from memory the process already holds and then go unseen;
+      allocations can be served from memory the process already holds and then go unseen. The blocks that
+      ``linear_attention`` keeps for its large results are released first, so such a result counts;
     - numpy (``device=None``): the peak of ``tracemalloc``, which numpy reports its buffers to;
     - MPS, or a CPU without ``/proc``: not measured (``None``).
 
@@ -453,12 +454,12 @@ def peak_memory(fn: Callable[[], Any], *, device: Any = None) -> tuple[int | Non
         return max(int(peak), 0), "torch.cuda.max_memory_allocated"
     if dev.type == "cpu" and sys.platform.startswith("linux"):
         _memory.release()  # a result block kept from an earlier call is resident already: it would go unseen
-    if dev.type == "cpu" and sys.platform.startswith("linux") and _reset_peak_rss():
-        base = _proc_status_bytes("VmRSS")
-        out = fn()
-        peak = _proc_status_bytes("VmHWM") - base
-        del out
-        return max(int(peak), 0), "peak resident set size (VmHWM)"
+        if _reset_peak_rss():
+            base = _proc_status_bytes("VmRSS")
+            out = fn()
+            peak = _proc_status_bytes("VmHWM") - base
+            del out
+            return max(int(peak), 0), "peak resident set size (VmHWM)"
     return None, f"peak memory is not measured on {dev.type} here"
 
 

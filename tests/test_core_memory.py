@@ -175,6 +175,8 @@ def test_large_results_start_on_a_huge_page_and_hold_any_value(memory, dtype):
 
 
 def test_a_result_in_use_is_never_handed_out_again(memory):
+    # with two kept blocks, both in use, every new result must get a block of its own; a dropped one is
+    # reused, but never the block of a result that something still holds
     shape, like = big(memory)
     first = memory.empty(shape, like)
     first.fill_(1)
@@ -186,15 +188,27 @@ def test_a_result_in_use_is_never_handed_out_again(memory):
         "a numpy array": lambda t: t.numpy(),
     }
     for what, keep in keepers.items():
-        held = keep(memory.empty(shape, like))
-        ptr = memory._address(memory._blocks[-1][0])
+        result = memory.empty(shape, like)
+        result.fill_(2)
+        lo, hi = result.data_ptr(), result.data_ptr() + result.numel() * result.element_size()
+        held = keep(result)
+        del result
         for _ in range(3):
             other = memory.empty(shape, like)
-            assert not ptr <= other.data_ptr() < ptr + len(memory._blocks[-1][0]) or other is held, what
+            assert not lo <= other.data_ptr() < hi, f"handed out again while {what} was held"
             other.fill_(7)
             del other
+        assert bool((torch_view(held) == 2).all()), f"overwritten while {what} was held"
         del held
     assert bool((first == 1).all()), "a live result was overwritten"
+
+
+def torch_view(held):
+    import torch
+
+    if isinstance(held, torch.UntypedStorage):
+        return torch.empty(0).set_(held)
+    return torch.as_tensor(held)
 
 
 def test_a_dropped_result_is_reused_and_the_kept_blocks_are_bounded(memory):
@@ -204,14 +218,14 @@ def test_a_dropped_result_is_reused_and_the_kept_blocks_are_bounded(memory):
     alive = [memory.empty(shape, like) for _ in range(5)]
     assert len({t.data_ptr() for t in alive}) == 5
     assert len(memory._blocks) == memory._KEEP
-    for t in alive:
-        t.fill_(3)
-    assert all(bool((t == 3).all()) for t in alive)
-    # a much smaller (but still large) result does not take a block twice its size
-    half = memory.empty((memory._FRESH_BYTES // 4,), like)
-    del alive
-    double = memory.empty((memory._FRESH_BYTES // 2,), like)
-    assert double.data_ptr() != half.data_ptr()
+    for i, t in enumerate(alive):
+        t.fill_(i)
+    assert all(bool((t == i).all()) for i, t in enumerate(alive))
+    # a free block three times larger than needed is not taken: it would hold memory for nothing
+    large = memory.empty((3 * memory._FRESH_BYTES // 4,), like)
+    ptr = large.data_ptr()
+    del large, alive
+    assert memory.empty((memory._FRESH_BYTES // 4,), like).data_ptr() != ptr
 
 
 def test_large_results_are_backed_by_huge_pages_where_the_kernel_allows(memory):
