@@ -1,4 +1,4 @@
-"""Memory for large CPU results: reused from call to call, and on huge pages where Linux offers them.
+"""CPU memory that the fast paths keep from call to call: large results, and their block buffers.
 
 A fresh result is faulted in by the first write to it, one 4 KiB page at a time. glibc reuses a freed
 block from its heap only below 32 MiB; a larger one goes back to the kernel on ``free``, so a function
@@ -16,6 +16,10 @@ A block is known to be free when its ``mmap`` can be resized: the result tensor 
 ``memoryview`` of the block (``torch.frombuffer`` keeps its buffer object alive), and ``mmap``
 refuses to resize while a view exists. Any tensor, view, storage or numpy array still sharing the
 result keeps that view alive.
+
+The block buffers of the fast paths (a few MiB) are carved by :func:`scratch` out of one workspace per
+thread and dtype, kept between calls for the same reason: allocated afresh they cost about 1,500 page
+faults per call at the default block size (N = 16,384 as above).
 """
 
 from __future__ import annotations
@@ -32,7 +36,10 @@ _HUGE_PAGE = 2 << 20
 _FRESH_BYTES = 32 << 20
 _KEEP = 2  # blocks kept for reuse: a result in use and the one before it (layer after layer)
 
+_SCRATCH_MAX_BYTES = 64 << 20  # a larger workspace (very wide heads) is not kept between calls
+
 _lock = threading.Lock()
+_local = threading.local()  # .workspaces: dtype -> this thread's flat workspace
 _blocks: list[tuple[mmap.mmap, int]] = []  # (block, offset of its first 2 MiB boundary); newest last
 
 
@@ -91,7 +98,30 @@ def _address(block: mmap.mmap) -> int:
     return torch.frombuffer(block, dtype=torch.uint8, count=1).data_ptr()
 
 
+def scratch(like: Any, **shapes: tuple[int, ...]) -> dict[str, Any]:
+    """Uninitialised CPU buffers of the given shapes (``like``'s dtype), one contiguous tensor per name.
+
+    They are consecutive slices of this thread's kept workspace, grown when too small, so they stay
+    valid only until the next call of ``scratch`` in the same thread; other threads have their own.
+    """
+    sizes = {name: math.prod(shape) for name, shape in shapes.items()}
+    total = sum(sizes.values())
+    kept = _local.__dict__.setdefault("workspaces", {})
+    flat = kept.get(like.dtype)
+    if flat is None or flat.numel() < total:
+        flat = like.new_empty((total,))
+        if total * like.element_size() <= _SCRATCH_MAX_BYTES:
+            kept[like.dtype] = flat
+    buffers, start = {}, 0
+    for name, shape in shapes.items():
+        buffers[name] = flat[start : start + sizes[name]].view(shape)
+        start += sizes[name]
+    return buffers
+
+
 def release() -> None:
-    """Forget the kept blocks (their memory returns to the system once no result uses it)."""
+    """Forget the kept result blocks and this thread's workspaces (the memory returns to the system
+    once nothing uses it): what a measurement of a call's peak memory needs first."""
     with _lock:
         _blocks.clear()
+    _local.__dict__.pop("workspaces", None)

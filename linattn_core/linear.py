@@ -224,8 +224,9 @@ def _chunks(Q: Any, K: Any, V: Any, S: Any, z: Any, C: int, eps: float) -> tuple
 # memory costs a page fault per 4 KiB), the working set stays within the last-level cache, and each op
 # covers as many chunks as possible so that the fixed cost of an op is paid rarely. Buffers are reused
 # with out= and in-place ops, which is why this path is not used under autograd; on GPUs the batched
-# forms above keep the device busy, so it is not used there either. Results of 32 MiB or more come
-# from _memory, which keeps their memory for the next call (glibc would fault it in afresh each time).
+# forms above keep the device busy, so it is not used there either. The buffers, and results of
+# 32 MiB or more, come from _memory, which keeps their memory for the next call (freed and allocated
+# again, it would be faulted in afresh every time).
 _FAST_MIN_N = 512
 
 
@@ -260,8 +261,8 @@ def _noncausal_cpu(Q: Any, K: Any, V: Any, phi: Any, eps: float) -> tuple[Any, A
     d_v, f = int(V.shape[-1]), phi.output_dim(d)
     out, den = _memory.empty((nb, n_q, d_v), V), V.new_empty((nb, n_q))
     L = _BLOCK_TOKENS
-    feats, tmp = V.new_empty((L, f)), V.new_empty((L, d))
-    S, z = V.new_empty((f, d_v)), V.new_empty((f,))
+    bufs = _memory.scratch(V, S=(f, d_v), z=(f,), feats=(L, f), tmp=(L, d))
+    S, z, feats, tmp = bufs["S"], bufs["z"], bufs["feats"], bufs["tmp"]
     for b in range(nb):
         S.zero_()
         z.zero_()
@@ -302,12 +303,12 @@ def _chunked_group(Q: Any, K: Any, V: Any, phi: Any, eps: float, C: int, out: An
     L = max(C, _BLOCK_ROWS // nb // C * C)  # tokens per block: a whole number of chunks
     L = min(L, -(-n // C) * C)
     rows = nb * L
-    bufs = {name: V.new_empty((rows * width,)) for name, width in
-            (("fq", f), ("fk", f), ("tmp", d), ("v", d_v), ("A", C), ("Y", d_v), ("den", 1))}
     # state at the chunk boundaries of a block, for every sequence: S[0], z[0] is the state carried
-    # in from earlier blocks, S[g], z[g] the state after the block's chunk g
-    S = V.new_zeros((L // C + 1, nb, f, d_v))
-    z = V.new_zeros((L // C + 1, nb, f))
+    # in from earlier blocks, S[g], z[g] the state after the block's chunk g; then the block buffers
+    bufs = _memory.scratch(V, S=(L // C + 1, nb, f, d_v), z=(L // C + 1, nb, f), fq=(rows * f,),
+                           fk=(rows * f,), tmp=(rows * d,), v=(rows * d_v,), Y=(rows * d_v,),
+                           A=(rows * C,), den=(rows,))
+    S, z = bufs["S"].zero_(), bufs["z"].zero_()
     views = {}  # (G, c) -> the buffers' views for a block of G chunks of c tokens, made once
     for s in range(0, n, L):
         e = min(s + L, n)
