@@ -18,8 +18,9 @@ refuses to resize while a view exists. Any tensor, view, storage or numpy array 
 result keeps that view alive.
 
 The block buffers of the fast paths (a few MiB) are carved by :func:`scratch` out of one workspace per
-thread and dtype, kept between calls for the same reason: allocated afresh they cost about 1,500 page
-faults per call at the default block size (N = 16,384 as above).
+thread and dtype, kept between calls for the same reason: allocated afresh (6 MiB at the default block
+size), they cost from about 250 to 1,570 page faults per call at N = 16,384 as above, as much as glibc
+happens to have handed back to the kernel since the last call.
 """
 
 from __future__ import annotations
