@@ -20,7 +20,8 @@ help:
 	@echo "make bench   run the benchmark (python -m linattn_core.bench)"
 	@echo "make lint    ruff"
 
-$(STAMP): requirements.txt pyproject.toml
+# setup.py compiles the fused chunked kernel (linattn_core/_chunked.c) during the editable install.
+$(STAMP): requirements.txt pyproject.toml setup.py linattn_core/_chunked.c linattn_core/_chunked_body.h
 	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 10), "Python 3.10+ is needed, found " + sys.version.split()[0]'
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
@@ -45,7 +46,7 @@ test: $(STAMP)
 	$(BIN)/ruff check .
 	$(MAKE) build
 	bash scripts/install_browser.sh
-	LINATTN_REQUIRE_SITE=1 $(PY) -m pytest
+	LINATTN_REQUIRE_SITE=1 LINATTN_REQUIRE_KERNEL=1 $(PY) -m pytest
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

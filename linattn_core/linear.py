@@ -20,7 +20,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from . import _backend as B
-from . import _memory
+from . import _memory, native
 from .attention import normalise, warn_nonpositive
 from .feature_maps import Identity, as_feature_map
 
@@ -97,7 +97,7 @@ def linear_attention(
     q, k, v = (be.to_compute(x) for x in (q, k, v))
     if causal and method == "auto":
         method = _auto_method(int(q.shape[-2]))
-    if phi.elementwise and _use_fast_path(q, k, v, causal, method):
+    if phi.elementwise and _use_fast_path(q, k, v, causal, method, phi):
         out, den = _fast_cpu(q, k, v, phi, eps, chunk_size, causal)  # same maths, faster on a CPU
     else:
         phi_q, phi_k = phi.pair(q, k, causal=causal)  # (..., N_q, d_phi), (..., N_k, d_phi)
@@ -178,7 +178,7 @@ def causal_chunked(phi_q: Any, phi_k: Any, v: Any, eps: float, chunk_size: int =
     K = phi_k.reshape((-1, n, f))
     V = v.reshape((-1, n, d_v))
     C = min(chunk_size, n)
-    if _use_fast_path(Q, K, V, True, "chunked"):  # features already computed: phi = identity
+    if _use_fast_path(Q, K, V, True, "chunked", Identity()):  # features already computed: phi = identity
         out, den = _fast_cpu(Q, K, V, Identity(), eps, C, causal=True)
         return out.reshape(lead + (n, d_v)), den.reshape(lead + (n,))
     S = B.zeros((Q.shape[0], f, d_v), Q)  # (B, f, d_v)
@@ -219,24 +219,29 @@ def _chunks(Q: Any, K: Any, V: Any, S: Any, z: Any, C: int, eps: float) -> tuple
 
 
 # --- the fast path: torch on the CPU, no autograd, an elementwise phi ---------------------------------
-# The same algorithms, arranged for speed. Features are computed a block of tokens at a time into
-# reused buffers (phi(q), phi(k) are never stored whole, and nothing block-sized is allocated: fresh
-# memory costs a page fault per 4 KiB), the working set stays within the last-level cache, and each op
-# covers as many chunks as possible so that the fixed cost of an op is paid rarely. Buffers are reused
-# with out= and in-place ops, which is why this path is not used under autograd; on GPUs the batched
-# forms above keep the device busy, so it is not used there either. The buffers, and results of
-# 32 MiB or more, come from _memory, which keeps their memory for the next call (freed and allocated
-# again, it would be faulted in afresh every time).
-_FAST_MIN_N = 512
+# The same algorithms, arranged for speed. The causal chunked form runs the compiled kernel of
+# _chunked.c where it can (float32, phi identity/relu/elu+1; see native): each chunk is computed
+# whole in cache, and only the score blocks on or below the diagonal are formed. Elsewhere torch ops
+# do it: features are computed a block of tokens at a time into reused buffers (phi(q), phi(k) are
+# never stored whole, and nothing block-sized is allocated: fresh memory costs a page fault per
+# 4 KiB), the working set stays within the last-level cache, and each op covers as many chunks as
+# possible so that the fixed cost of an op is paid rarely. Buffers are reused with out= and in-place
+# ops, which is why this path is not used under autograd; on GPUs the batched forms above keep the
+# device busy, so it is not used there either. The buffers, and results of 32 MiB or more, come from
+# _memory, which keeps their memory for the next call (freed and allocated again, it would be faulted
+# in afresh every time).
+_FAST_MIN_N = 512  # the torch ops pay off from here; the compiled kernel at any length
 
 
-def _use_fast_path(q: Any, k: Any, v: Any, causal: bool, method: str) -> bool:
-    if not B.is_torch(q) or q.device.type != "cpu" or int(k.shape[-2]) < _FAST_MIN_N:
+def _use_fast_path(q: Any, k: Any, v: Any, causal: bool, method: str, phi: Any) -> bool:
+    if not B.is_torch(q) or q.device.type != "cpu":
         return False
     if causal and method != "chunked":
         return False
     torch = B.torch_module()
-    return not (torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad))
+    if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
+        return False
+    return int(k.shape[-2]) >= _FAST_MIN_N or (causal and native.supports(q, phi))
 
 
 def _fast_cpu(q: Any, k: Any, v: Any, phi: Any, eps: float, C: int, causal: bool) -> tuple[Any, Any]:
@@ -254,12 +259,19 @@ def _fast_cpu(q: Any, k: Any, v: Any, phi: Any, eps: float, C: int, causal: bool
     return out.reshape(lead + (n_q, d_v)), den.reshape(lead + (n_q,))
 
 
+def _results(nb: int, n: int, d_v: int, like: Any) -> tuple[Any, Any]:
+    """out: (nb, n, d_v) and den: (nb, n), in one allocation from _memory (den alone, 512 KiB at
+    N = 16,384, was above glibc's mmap threshold and at times faulted in afresh on every call)."""
+    flat = _memory.empty((nb * n * (d_v + 1),), like)
+    return flat[: nb * n * d_v].view(nb, n, d_v), flat[nb * n * d_v :].view(nb, n)
+
+
 def _noncausal_cpu(Q: Any, K: Any, V: Any, phi: Any, eps: float) -> tuple[Any, Any]:
     """Q: (B, N_q, d), K: (B, N_k, d), V: (B, N_k, d_v) -> out (B, N_q, d_v), den (B, N_q)."""
     torch = B.torch_module()
     nb, n_q, n_k, d = (int(s) for s in (*Q.shape[:2], K.shape[1], Q.shape[2]))
     d_v, f = int(V.shape[-1]), phi.output_dim(d)
-    out, den = _memory.empty((nb, n_q, d_v), V), V.new_empty((nb, n_q))
+    out, den = _results(nb, n_q, d_v, V)
     L = _BLOCK_TOKENS
     bufs = _memory.scratch(V, S=(f, d_v), z=(f,), feats=(L, f), tmp=(L, d))
     S, z, feats, tmp = bufs["S"], bufs["z"], bufs["feats"], bufs["tmp"]
@@ -288,7 +300,10 @@ def _chunked_cpu(Q: Any, K: Any, V: Any, phi: Any, eps: float, C: int) -> tuple[
     ``B x tokens``; many sequences are taken a group at a time).
     """
     nb, n = int(Q.shape[0]), int(Q.shape[1])
-    out, den = _memory.empty((nb, n, int(V.shape[-1])), V), V.new_empty((nb, n))
+    out, den = _results(nb, n, int(V.shape[-1]), V)
+    if native.supports(Q, phi):
+        native.chunked(Q, K, V, phi, eps, C, out, den)
+        return out, den
     group = max(1, _BLOCK_ROWS // C)  # sequences per pass: a block of one chunk each stays small
     for b in range(0, nb, group):
         e = min(b + group, nb)

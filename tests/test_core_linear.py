@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from _tolerances import assert_close, to_numpy
 
-from linattn_core import kernel_attention, linear_attention
+from linattn_core import get_feature_map, kernel_attention, linear_attention
 
 # relu, cosformer and identity features can give denominators <= 0; the library warns (tested in
 # test_core_errors.py). Here those rows are compared like any other, so the warning is only noise.
@@ -220,7 +220,8 @@ def test_fast_cpu_path_equals_numpy_reference_forms(n, fast_map, causal, chunk):
     q, k, v = rng.standard_normal((3, 2, n, 8))
     tq, tk, tv = (torch.from_numpy(x) for x in (q, k, v))
     method = "chunked" if causal else "auto"
-    assert linear_module._use_fast_path(tq, tk, tv, causal, method), "the test must exercise the fast path"
+    phi = get_feature_map(fast_map)
+    assert linear_module._use_fast_path(tq, tk, tv, causal, method, phi), "the test must use the fast path"
     with torch.no_grad():
         fast = linear_attention(tq, tk, tv, fast_map, causal=causal, method=method, chunk_size=chunk)
     reference = linear_attention(q, k, v, fast_map, causal=causal, method=method, chunk_size=chunk)
@@ -241,7 +242,7 @@ def test_chunked_fast_path_for_batch_shapes_and_block_edges(batch, n, chunk):
     rng = np.random.default_rng(n + len(batch))
     q, k, v = rng.standard_normal((3, *batch, n, 8)) * 0.5
     tq, tk, tv = (torch.from_numpy(x) for x in (q, k, v))
-    assert linear_module._use_fast_path(tq, tk, tv, True, "chunked")
+    assert linear_module._use_fast_path(tq, tk, tv, True, "chunked", get_feature_map("elu+1"))
     with torch.no_grad():
         fast = linear_attention(tq, tk, tv, "elu+1", causal=True, method="chunked", chunk_size=chunk)
     reference = linear_attention(q, k, v, "elu+1", causal=True, method="cumsum")

@@ -1,0 +1,334 @@
+/* linattn_core._chunked: causal linear attention, the chunked form, fused into one pass (float32, CPU).
+ *
+ * The same algorithm as linear.causal_chunked, arranged so that each chunk lives in the core's cache:
+ * for every chunk of C tokens of a sequence, phi(Q_c) and phi(K_c) are computed into small buffers,
+ * then the masked C x C scores, the outputs (normalised as they leave the registers) and the new
+ * state (S, z) follow, before the next chunk is read. q, k and v are read once and the output is
+ * written once; nothing of size N is allocated. The products are register-tiled FMA loops written
+ * with GCC's vector extensions, compiled for AVX-512 and for AVX2 and chosen at run time.
+ *
+ * Threads take whole sequences (batch x heads), claimed one at a time. When there are fewer
+ * sequences than threads, each sequence is split into segments: a first pass computes each
+ * segment's state S, z (that part of the work twice), prefix sums give every segment the state it
+ * starts from, and a second pass computes the outputs of all segments at once.
+ *
+ * Python calls this through linattn_core.native, which checks the tensors first: the functions below
+ * check sizes, but trust the addresses and contiguity they are given. All memory, the threads'
+ * buffers included, comes from a workspace the caller keeps between calls (a call allocates nothing
+ * that it would have to fault in again).
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <string.h>
+
+enum { PHI_IDENTITY = 0, PHI_RELU = 1, PHI_ELU1 = 2, PHI_COUNT = 3 };
+
+/* One call: q, k: (nb, n, d), v: (nb, n, dv), out: (nb, n, dv), den: (nb, n), all contiguous. */
+typedef struct {
+    const float *q, *k, *v;
+    float *out, *den;
+    long nb, n, d, dv, C;
+    int phi;
+    float eps;
+} Problem;
+
+/* One thread's view of the chunk buffers (see the top of _chunked_body.h). The sizes are padded
+ * for the instruction set: Cp and dvp to its vector length, dp to the tile height 4. */
+typedef struct {
+    long d, dv, C, Cp, dp, dvp;
+    int phi;
+    float eps;
+    float *Fq;   /* (Cp, d): phi(Q_c) */
+    float *FkT;  /* (dp, Cp): phi(K_c) transposed, rows d..dp-1 zero */
+    float *A;    /* (Cp, Cp): the masked scores */
+    float *Vp;   /* (Cp, dvp): V_c with zero padding, when d_v is not a multiple of the vector length */
+    float *rden; /* (Cp): 1 / max(den, eps) */
+} Work;
+
+/* What each instruction set's kernel provides (see _chunked_body.h). All memory comes from the
+ * caller's workspace (Python keeps it between calls), so a call allocates nothing. */
+typedef struct {
+    const char *name;
+    long (*state_floats)(const Problem *p);
+    long (*work_floats)(const Problem *p);
+    void (*work_init)(Work *w, const Problem *p, float *mem);
+    void (*run)(const Problem *p, Work *w, int pass, long b, long t0, long t1, float *state);
+} Kernel;
+
+#define STR_(x) #x
+#define STR(x) STR_(x)
+#define FLOATS_64(n) (((n) + 15) / 16 * 16) /* n floats rounded up to whole 64-byte lines */
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define HAVE_KERNELS 1
+
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512dq,avx512bw,avx512vl,avx2,fma")
+#define VL 16
+#define NV_MAX 4
+#define ISA avx512
+#include "_chunked_body.h"
+#undef VL
+#undef NV_MAX
+#undef ISA
+#pragma GCC pop_options
+
+#pragma GCC push_options
+#pragma GCC target("avx2,fma")
+#define VL 8
+#define NV_MAX 2
+#define ISA avx2
+#include "_chunked_body.h"
+#undef VL
+#undef NV_MAX
+#undef ISA
+#pragma GCC pop_options
+
+static int supported(const Kernel *k)
+{
+    __builtin_cpu_init();
+    if (k == &kernel_avx512)
+        return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
+               __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
+               __builtin_cpu_supports("fma");
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+}
+
+static const Kernel *const KERNELS[] = {&kernel_avx512, &kernel_avx2};  /* best first */
+#define N_KERNELS 2
+#else
+#define HAVE_KERNELS 0
+static const Kernel *const KERNELS[] = {NULL};
+#define N_KERNELS 0
+static int supported(const Kernel *k) { (void)k; return 0; }
+#endif
+
+/* --- threads ------------------------------------------------------------------------------------ */
+
+#define MAX_THREADS 64
+
+/* How a call is split: P segments of seg tokens per sequence, and where its memory goes. */
+typedef struct {
+    long P, seg;        /* segments per sequence; tokens per segment (a whole number of chunks) */
+    int threads;        /* members of a team (this thread included) */
+    long state_floats;  /* per segment: S, z */
+    long work_floats;   /* per member */
+} Plan;
+
+static Plan plan(const Problem *p, const Kernel *kern, int threads)
+{
+    Plan pl = {.P = 1};
+    if (p->nb < threads) pl.P = (threads + p->nb - 1) / p->nb;
+    long chunks = (p->n + p->C - 1) / p->C;
+    if (pl.P > chunks) pl.P = chunks;
+    pl.seg = (chunks + pl.P - 1) / pl.P * p->C;
+    pl.P = (p->n + pl.seg - 1) / pl.seg;
+    long items = p->nb * pl.P;
+    pl.threads = threads < items ? threads : (int)items;
+    if (pl.threads > MAX_THREADS) pl.threads = MAX_THREADS;
+    pl.state_floats = kern->state_floats(p);
+    pl.work_floats = kern->work_floats(p);
+    return pl;
+}
+
+/* The workspace a call needs: the states of all segments, then one block of buffers per member. */
+static long workspace_floats(const Plan *pl, const Problem *p)
+{
+    return p->nb * pl->P * pl->state_floats + pl->threads * pl->work_floats;
+}
+
+typedef struct {
+    const Problem *p;
+    const Kernel *kern;
+    const Plan *pl;
+    int pass;          /* 1: segment states only; 2: outputs */
+    long items;        /* work items of this pass */
+    float *states;     /* (nb * P, state_floats): the state each segment starts from */
+    float *work;       /* (threads, work_floats) */
+    atomic_long next;  /* the next unclaimed item */
+} Team;
+
+typedef struct {
+    Team *team;
+    int id;
+} Member;
+
+static void *team_member(void *arg)
+{
+    Member *m = arg;
+    Team *t = m->team;
+    const Plan *pl = t->pl;
+    Work w;
+    t->kern->work_init(&w, t->p, t->work + m->id * pl->work_floats);
+    long i;
+    while ((i = atomic_fetch_add(&t->next, 1)) < t->items) {
+        long b, s, slot;
+        if (t->pass == 1) { /* item = (sequence, segment < P - 1): its state goes to the next slot */
+            b = i / (pl->P - 1);
+            s = i % (pl->P - 1);
+            slot = b * pl->P + s + 1;
+        } else {
+            b = i / pl->P;
+            s = i % pl->P;
+            slot = b * pl->P + s;
+        }
+        long t0 = s * pl->seg, t1 = t0 + pl->seg < t->p->n ? t0 + pl->seg : t->p->n;
+        t->kern->run(t->p, &w, t->pass, b, t0, t1, t->states + slot * pl->state_floats);
+    }
+    return NULL;
+}
+
+/* One pass: the members claim items until none is left. A thread that cannot be started leaves its
+ * share to the others (the items are claimed, not assigned). */
+static void run_team(Team *t)
+{
+    atomic_store(&t->next, 0);
+    pthread_t ids[MAX_THREADS];
+    Member members[MAX_THREADS];
+    int started = 0;
+    for (int i = 0; i < t->pl->threads; i++) members[i] = (Member){t, i};
+    for (int i = 1; i < t->pl->threads; i++) {
+        if (pthread_create(&ids[started], NULL, team_member, &members[i]) != 0) break;
+        started++;
+    }
+    team_member(&members[0]);
+    for (int i = 0; i < started; i++) pthread_join(ids[i], NULL);
+}
+
+static void forward(const Problem *p, const Kernel *kern, const Plan *pl, float *workspace)
+{
+    Team t = {.p = p, .kern = kern, .pl = pl, .states = workspace};
+    t.work = workspace + p->nb * pl->P * pl->state_floats;
+    memset(t.states, 0, (size_t)(p->nb * pl->P * pl->state_floats) * sizeof(float));
+    if (pl->P > 1) {
+        t.pass = 1;
+        t.items = p->nb * (pl->P - 1);
+        run_team(&t);
+        for (long b = 0; b < p->nb; b++) /* slot s <- the state after segments 0 .. s-1 */
+            for (long s = 2; s < pl->P; s++) {
+                float *cur = t.states + (b * pl->P + s) * pl->state_floats, *prev = cur - pl->state_floats;
+                for (long j = 0; j < pl->state_floats; j++) cur[j] += prev[j];
+            }
+    }
+    t.pass = 2;
+    t.items = p->nb * pl->P;
+    run_team(&t);
+}
+
+/* --- Python ------------------------------------------------------------------------------------- */
+
+static const Kernel *find_kernel(const char *name)
+{
+    for (int i = 0; i < N_KERNELS; i++)
+        if ((!name || strcmp(name, KERNELS[i]->name) == 0) && supported(KERNELS[i])) return KERNELS[i];
+    return NULL;
+}
+
+static PyObject *py_isas(PyObject *self, PyObject *noargs)
+{
+    (void)self;
+    (void)noargs;
+    PyObject *names = PyList_New(0);
+    for (int i = 0; names && i < N_KERNELS; i++)
+        if (supported(KERNELS[i])) {
+            PyObject *s = PyUnicode_FromString(KERNELS[i]->name);
+            if (!s || PyList_Append(names, s) < 0) Py_CLEAR(names);
+            Py_XDECREF(s);
+        }
+    if (!names) return NULL;
+    PyObject *tuple = PyList_AsTuple(names);
+    Py_DECREF(names);
+    return tuple;
+}
+
+/* Checks the sizes of a call and finds its kernel; on failure sets a ValueError and returns NULL. */
+static const Kernel *problem_kernel(Py_ssize_t nb, Py_ssize_t n, Py_ssize_t d, Py_ssize_t dv, Py_ssize_t C,
+                                    int threads, const char *isa)
+{
+    if (nb < 1 || n < 1 || d < 1 || dv < 1 || C < 1 || threads < 1) {
+        PyErr_Format(PyExc_ValueError, "_chunked: bad sizes nb=%zd n=%zd d=%zd dv=%zd C=%zd threads=%d", nb,
+                     n, d, dv, C, threads);
+        return NULL;
+    }
+    const Kernel *kern = find_kernel(isa);
+    if (!kern)
+        PyErr_Format(PyExc_ValueError, "_chunked: instruction set %s is not available here", isa ? isa : "(any)");
+    return kern;
+}
+
+static PyObject *py_workspace(PyObject *self, PyObject *args)
+{
+    (void)self;
+    Py_ssize_t nb, n, d, dv, C;
+    int threads;
+    const char *isa = NULL;
+    if (!PyArg_ParseTuple(args, "nnnnniz", &nb, &n, &d, &dv, &C, &threads, &isa)) return NULL;
+    const Kernel *kern = problem_kernel(nb, n, d, dv, C, threads, isa);
+    if (!kern) return NULL;
+    Problem p = {.nb = nb, .n = n, .d = d, .dv = dv, .C = C < n ? C : n};
+    Plan pl = plan(&p, kern, threads);
+    return PyLong_FromLong(workspace_floats(&pl, &p));
+}
+
+static PyObject *py_forward(PyObject *self, PyObject *args)
+{
+    (void)self;
+    unsigned long long q, k, v, out, den, ws;
+    Py_ssize_t nb, n, d, dv, C, ws_floats;
+    int phi, threads;
+    float eps;
+    const char *isa = NULL;
+    if (!PyArg_ParseTuple(args, "KKKKKnnnnnifizKn", &q, &k, &v, &out, &den, &nb, &n, &d, &dv, &C, &phi, &eps,
+                          &threads, &isa, &ws, &ws_floats))
+        return NULL;
+    const Kernel *kern = problem_kernel(nb, n, d, dv, C, threads, isa);
+    if (!kern) return NULL;
+    if (phi < 0 || phi >= PHI_COUNT || !(eps >= 0.0f)) {
+        PyErr_Format(PyExc_ValueError, "_chunked: bad feature map code %d or eps %g", phi, (double)eps);
+        return NULL;
+    }
+    Problem p = {(const float *)(uintptr_t)q, (const float *)(uintptr_t)k, (const float *)(uintptr_t)v,
+                 (float *)(uintptr_t)out, (float *)(uintptr_t)den, nb, n, d, dv, C < n ? C : n, phi, eps};
+    Plan pl = plan(&p, kern, threads);
+    if (ws_floats < workspace_floats(&pl, &p)) {
+        PyErr_Format(PyExc_ValueError, "_chunked: the workspace holds %zd floats, the call needs %ld", ws_floats,
+                     workspace_floats(&pl, &p));
+        return NULL;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    forward(&p, kern, &pl, (float *)(uintptr_t)ws);
+    Py_END_ALLOW_THREADS
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef methods[] = {
+    {"isas", py_isas, METH_NOARGS, "isas() -> the instruction sets this CPU can run, best first."},
+    {"workspace", py_workspace, METH_VARARGS,
+     "workspace(nb, n, d, dv, C, threads, isa) -> the float32 workspace forward needs, in floats."},
+    {"forward", py_forward, METH_VARARGS,
+     "forward(q, k, v, out, den, nb, n, d, dv, C, phi, eps, threads, isa, workspace, workspace_floats):\n"
+     "addresses of contiguous float32 buffers; writes out and den. Call it through linattn_core.native,\n"
+     "which checks the tensors behind the addresses."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT,
+    .m_name = "_chunked",
+    .m_doc = "The fused chunked form of causal linear attention (float32, CPU).",
+    .m_size = -1,
+    .m_methods = methods,
+};
+
+PyMODINIT_FUNC PyInit__chunked(void)
+{
+    PyObject *m = PyModule_Create(&module);
+    if (m && (PyModule_AddIntConstant(m, "PHI_IDENTITY", PHI_IDENTITY) < 0 ||
+              PyModule_AddIntConstant(m, "PHI_RELU", PHI_RELU) < 0 ||
+              PyModule_AddIntConstant(m, "PHI_ELU1", PHI_ELU1) < 0))
+        Py_CLEAR(m);
+    return m;
+}

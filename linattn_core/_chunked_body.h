@@ -1,0 +1,386 @@
+/* The fused chunked kernel for one instruction set. _chunked.c includes this file once per ISA, with
+ *
+ *   VL      floats per vector register (16 for AVX-512, 8 for AVX2)
+ *   NV_MAX  vectors per tile row: a tile is 4 rows x NV_MAX*VL columns of accumulators in registers
+ *   ISA     the suffix of every name defined here (avx512, avx2)
+ *
+ * and a `#pragma GCC target` in force, so that GCC lowers the vector types below to that ISA.
+ *
+ * One chunk of L <= C tokens of one sequence, with the state (S, z) of all earlier tokens:
+ *
+ *   Fq = phi(Q_c)                          (L, d)   rows
+ *   FkT = phi(K_c)^T                       (d, L)   transposed, so that scores come out as rows
+ *   A = tril(Fq FkT)                       (L, L)   only the 16-column blocks on or below the diagonal
+ *   den = rowsum(A) + Fq z                 (L)
+ *   out = (Fq S + A V_c) / max(den, eps)   (L, d_v) straight from the accumulators to the output
+ *   S += FkT V_c,  z += rowsum(FkT)
+ *
+ * Every product is one routine, fma_tile: acc[r][j] += a[r, k] * b[k, j] for 4 rows r and nv vectors
+ * j, k = 0..K-1; `a` is read one number at a time (broadcast), `b` one vector at a time, so `a` may
+ * have any layout and `b` needs its columns contiguous. That is why phi(K) is stored transposed.
+ */
+
+#define CAT_(a, b) a##_##b
+#define CAT(a, b) CAT_(a, b)
+#define FN(name) CAT(name, ISA)
+
+typedef float FN(vf) __attribute__((vector_size(VL * 4)));
+typedef int FN(vi) __attribute__((vector_size(VL * 4)));
+#define vf FN(vf)
+#define vi FN(vi)
+#define INLINE static inline __attribute__((always_inline))
+
+/* Padded sizes: Cp = C rounded up to VL (so also to the tile height 4), dp = d rounded up to 4 (rows
+ * of S and FkT come in tiles of 4), dvp = d_v rounded up to VL. */
+static Work FN(layout)(const Problem *p)
+{
+    Work w = {.d = p->d, .dv = p->dv, .C = p->C, .phi = p->phi, .eps = p->eps};
+    w.Cp = (p->C + VL - 1) / VL * VL;
+    w.dp = (p->d + 3) / 4 * 4;
+    w.dvp = (p->dv + VL - 1) / VL * VL;
+    return w;
+}
+
+INLINE vf FN(load)(const float *p) { vf x; memcpy(&x, p, sizeof x); return x; }
+INLINE void FN(store)(float *p, vf x) { memcpy(p, &x, sizeof x); }
+
+INLINE vf FN(splat)(float a)
+{
+    vf x = {a};
+    return __builtin_shuffle(x, (vi){0});  /* lane 0 everywhere: one broadcast instruction */
+}
+
+INLINE vf FN(select)(vi mask, vf a, vf b) { return (vf)((mask & (vi)a) | (~mask & (vi)b)); }
+INLINE vf FN(vmax)(vf a, vf b) { return FN(select)(a > b, a, b); }
+INLINE vf FN(vmin)(vf a, vf b) { return FN(select)(a < b, a, b); }
+
+INLINE float FN(hsum)(vf x)
+{
+    float s = 0.0f;
+    for (int i = 0; i < VL; i++) s += x[i];
+    return s;
+}
+
+/* exp(x) for x <= 0 (what elu+1 needs), to about 2 ulp; below -87 it returns exp(-87) ~ 1.6e-38, the
+ * smallest normal range, so a feature never underflows to zero. Cephes' expf: x = n ln2 + r with
+ * |r| <= ln2/2 (ln2 split in two so that n ln2 is exact), exp(r) by a degree-7 polynomial, 2^n from
+ * the exponent bits. */
+INLINE vf FN(exp_nonpos)(vf x)
+{
+    x = FN(vmax)(x, FN(splat)(-87.0f));
+    const vf shifter = FN(splat)(12582912.0f);                 /* 1.5 * 2^23: round to nearest */
+    vf n = (x * 1.44269504088896341f + shifter) - shifter;     /* round(x / ln2) */
+    vf r = x - n * 0.693359375f + n * 2.12194440e-4f;          /* x - n ln2, ln2 in two parts */
+    vf p = FN(splat)(1.9875691500e-4f);
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    p = p * r * r + r + 1.0f;
+    vi bits = (__builtin_convertvector(n, vi) + 127) << 23;    /* 2^n, n >= -126: a normal number */
+    return p * (vf)bits;
+}
+
+/* phi on one vector of inputs (see PHI_* in _chunked.c). elu+1 is exp(min(x, 0)) + max(x, 0). */
+INLINE vf FN(phi)(vf x, int phi)
+{
+    const vf zero = FN(splat)(0.0f);
+    if (phi == PHI_RELU) return FN(vmax)(x, zero);
+    if (phi == PHI_ELU1) return FN(exp_nonpos)(FN(vmin)(x, zero)) + FN(vmax)(x, zero);
+    return x;
+}
+
+/* phi of the floats x[kk .. min(kk + VL, d)) (a short last vector is loaded with zeros after it). */
+INLINE vf FN(phi_at)(const float *x, long kk, long d, int phi)
+{
+    if (kk + VL <= d) return FN(phi)(FN(load)(x + kk), phi);
+    vf v = FN(splat)(0.0f);
+    memcpy(&v, x + kk, (size_t)(d - kk) * sizeof(float));
+    return FN(phi)(v, phi);
+}
+
+INLINE void FN(fma_tile)(vf acc[4][NV_MAX], const int nv, long K, const float *a, long lda,
+                         const float *b, long ldb)
+{
+    for (long k = 0; k < K; k++) {
+        vf bv[NV_MAX];
+#pragma GCC unroll 8
+        for (int j = 0; j < nv; j++) bv[j] = FN(load)(b + k * ldb + j * VL);
+#pragma GCC unroll 4
+        for (int r = 0; r < 4; r++) {
+            vf ar = FN(splat)(a[r * lda + k]);
+#pragma GCC unroll 8
+            for (int j = 0; j < nv; j++) acc[r][j] += ar * bv[j];
+        }
+    }
+}
+
+INLINE void FN(zero_tile)(vf acc[4][NV_MAX], const int nv)
+{
+    for (int r = 0; r < 4; r++)
+        for (int j = 0; j < nv; j++) acc[r][j] = FN(splat)(0.0f);
+}
+
+
+/* A = tril(Fq FkT) for rows i0..i0+3, den = rowsum(A) + Fq z. Only the column vectors that hold a
+ * column <= i0 + 3 are computed: the blocks above the diagonal are never formed. */
+INLINE void FN(scores_tile)(Work *w, const int nv, long i0, long p0, float *rowsum)
+{
+    vf acc[4][NV_MAX];
+    FN(zero_tile)(acc, nv);
+    FN(fma_tile)(acc, nv, w->d, w->Fq + i0 * w->d, w->d, w->FkT + p0, w->Cp);
+    vf lane;
+    for (int i = 0; i < VL; i++) lane[i] = (float)i;
+    for (int r = 0; r < 4; r++) {
+        vf s = FN(splat)(0.0f);
+        for (int j = 0; j < nv; j++) {
+            vi causal = (lane + (float)(p0 + j * VL)) <= (float)(i0 + r); /* column t <= row i */
+            acc[r][j] = (vf)(causal & (vi)acc[r][j]);
+            FN(store)(w->A + (i0 + r) * w->Cp + p0 + j * VL, acc[r][j]);
+            s += acc[r][j];
+        }
+        rowsum[r] += FN(hsum)(s);
+    }
+}
+
+/* out rows i0..i0+3, columns j0..: (Fq S + A V_c) / max(den, eps), written to the output. */
+INLINE void FN(output_tile)(Work *w, const int nv, long i0, long j0, long L, const float *S,
+                            const float *Vc, long ldv, float *out)
+{
+    vf acc[4][NV_MAX];
+    FN(zero_tile)(acc, nv);
+    FN(fma_tile)(acc, nv, w->d, w->Fq + i0 * w->d, w->d, S + j0, w->dvp);  /* the state before */
+    long T = i0 + 4 < L ? i0 + 4 : L;                                       /* A[i, t] = 0 for t > i */
+    FN(fma_tile)(acc, nv, T, w->A + i0 * w->Cp, w->Cp, Vc + j0, ldv);       /* inside the chunk */
+    for (int r = 0; r < 4 && i0 + r < L; r++) {
+        vf scale = FN(splat)(w->rden[i0 + r]);
+        float *row = out + (i0 + r) * w->dv;
+        for (int j = 0; j < nv; j++) {
+            long col = j0 + j * VL;
+            vf y = acc[r][j] * scale;
+            if (col + VL <= w->dv) FN(store)(row + col, y);
+            else if (col < w->dv) memcpy(row + col, &y, (size_t)(w->dv - col) * sizeof(float));
+        }
+    }
+}
+
+/* S rows k0..k0+3, columns j0..: S += FkT V_c. */
+INLINE void FN(state_tile)(Work *w, const int nv, long k0, long j0, long L, float *S,
+                           const float *Vc, long ldv)
+{
+    vf acc[4][NV_MAX];
+    for (int r = 0; r < 4; r++)
+        for (int j = 0; j < nv; j++) acc[r][j] = FN(load)(S + (k0 + r) * w->dvp + j0 + j * VL);
+    FN(fma_tile)(acc, nv, L, w->FkT + k0 * w->Cp, w->Cp, Vc + j0, ldv);
+    for (int r = 0; r < 4; r++)
+        for (int j = 0; j < nv; j++) FN(store)(S + (k0 + r) * w->dvp + j0 + j * VL, acc[r][j]);
+}
+
+/* The tile routines take nv as a constant (so that the accumulators live in registers): these
+ * wrappers call them with nv = 1 .. NV_MAX. */
+#if NV_MAX == 4
+#define NV_SWITCH(nv, CALL) \
+    switch (nv) { case 1: CALL(1); break; case 2: CALL(2); break; case 3: CALL(3); break; default: CALL(4); }
+#elif NV_MAX == 2
+#define NV_SWITCH(nv, CALL) \
+    switch (nv) { case 1: CALL(1); break; default: CALL(2); }
+#else
+#error "NV_MAX must be 2 or 4"
+#endif
+
+static void FN(scores)(Work *w, long i0, float *rowsum)
+{
+    long need = i0 / VL + 1;  /* column vectors 0..need-1 hold the columns <= i0 + 3 (VL >= 4) */
+    for (long p = 0; p < need; p += NV_MAX) {
+        int nv = (int)(need - p < NV_MAX ? need - p : NV_MAX);
+#define CALL(n) FN(scores_tile)(w, n, i0, p * VL, rowsum)
+        NV_SWITCH(nv, CALL)
+#undef CALL
+    }
+}
+
+static void FN(outputs)(Work *w, long i0, long L, const float *S, const float *Vc, long ldv,
+                        float *out)
+{
+    long nvec = w->dvp / VL;
+    for (long p = 0; p < nvec; p += NV_MAX) {
+        int nv = (int)(nvec - p < NV_MAX ? nvec - p : NV_MAX);
+#define CALL(n) FN(output_tile)(w, n, i0, p * VL, L, S, Vc, ldv, out)
+        NV_SWITCH(nv, CALL)
+#undef CALL
+    }
+}
+
+static void FN(states)(Work *w, long k0, long L, float *S, const float *Vc, long ldv)
+{
+    long nvec = w->dvp / VL;
+    for (long p = 0; p < nvec; p += NV_MAX) {
+        int nv = (int)(nvec - p < NV_MAX ? nvec - p : NV_MAX);
+#define CALL(n) FN(state_tile)(w, n, k0, p * VL, L, S, Vc, ldv)
+        NV_SWITCH(nv, CALL)
+#undef CALL
+    }
+}
+
+/* x . y over n floats (vectors, then the tail). */
+INLINE float FN(dot)(const float *x, const float *y, long n)
+{
+    vf s = FN(splat)(0.0f);
+    long i = 0;
+    for (; i + VL <= n; i += VL) s += FN(load)(x + i) * FN(load)(y + i);
+    float t = FN(hsum)(s);
+    for (; i < n; i++) t += x[i] * y[i];
+    return t;
+}
+
+/* Fq = phi(Q_c), L rows of d. Rows L..(L rounded up to 4) are zeroed: a tile of 4 rows reads them. */
+static void FN(features_q)(Work *w, const float *Q, long L)
+{
+    long d = w->d;
+    for (long t = 0; t < L; t++)
+        for (long kk = 0; kk < d; kk += VL) {  /* only the lanes below d are stored */
+            vf f = FN(phi_at)(Q + t * d, kk, d, w->phi);
+            memcpy(w->Fq + t * d + kk, &f, (size_t)(d - kk < VL ? d - kk : VL) * sizeof(float));
+        }
+    long rows = (L + 3) / 4 * 4;
+    if (L < rows) memset(w->Fq + L * d, 0, (size_t)((rows - L) * d) * sizeof(float));
+}
+
+/* FkT = phi(K_c)^T: column t of FkT is token t. Its columns L..Cp-1 are left as they are: they only
+ * ever meet masked (zero) scores, and the state products stop at t = L. */
+static void FN(features_k)(Work *w, const float *K, long L)
+{
+    long d = w->d;
+    for (long t = 0; t < L; t++)
+        for (long kk = 0; kk < d; kk += VL) {
+            vf f = FN(phi_at)(K + t * d, kk, d, w->phi);
+            long m = d - kk < VL ? d - kk : VL;
+            for (long l = 0; l < m; l++) w->FkT[(kk + l) * w->Cp + t] = f[l];
+        }
+}
+
+/* V_c as the products read it: the input rows themselves, or, when d_v is not a multiple of VL, a
+ * copy in rows padded with zeros (so that a whole vector can be loaded at the end of a row). */
+static const float *FN(values)(Work *w, const float *V, long L, long *ldv)
+{
+    if (!w->Vp) {
+        *ldv = w->dv;
+        return V;
+    }
+    for (long t = 0; t < L; t++) memcpy(w->Vp + t * w->dvp, V + t * w->dv, (size_t)w->dv * sizeof(float));
+    *ldv = w->dvp;
+    return w->Vp;
+}
+
+/* S += FkT V_c and z += colsum phi(K_c): the state moves past the chunk. */
+static void FN(advance)(Work *w, long L, const float *Vc, long ldv, float *S, float *z)
+{
+    for (long k0 = 0; k0 < w->d; k0 += 4) FN(states)(w, k0, L, S, Vc, ldv);
+    for (long kk = 0; kk < w->d; kk++) {
+        const float *row = w->FkT + kk * w->Cp;
+        vf s = FN(splat)(0.0f);
+        long t = 0;
+        for (; t + VL <= L; t += VL) s += FN(load)(row + t);
+        float total = FN(hsum)(s);
+        for (; t < L; t++) total += row[t];
+        z[kk] += total;
+    }
+}
+
+/* One chunk of L tokens: Q, K: (L, d), V: (L, d_v) rows of the inputs, out: (L, d_v), den: (L);
+ * (S, z) is the state before the chunk on entry and after it on return. */
+static void FN(chunk)(Work *w, const float *Q, const float *K, const float *V, float *out,
+                      float *den, long L, float *S, float *z)
+{
+    long d = w->d, ldv;
+    FN(features_q)(w, Q, L);
+    FN(features_k)(w, K, L);
+    const float *Vc = FN(values)(w, V, L, &ldv);
+    for (long i0 = 0; i0 < L; i0 += 4) {
+        float rowsum[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        FN(scores)(w, i0, rowsum);
+        for (int r = 0; r < 4 && i0 + r < L; r++) {
+            /* phi(q_i) . z is the earlier chunks' share of the denominator */
+            float dn = rowsum[r] + FN(dot)(w->Fq + (i0 + r) * d, z, d);
+            den[i0 + r] = dn;
+            w->rden[i0 + r] = 1.0f / (dn > w->eps ? dn : w->eps);
+        }
+        FN(outputs)(w, i0, L, S, Vc, ldv, out);
+    }
+    FN(advance)(w, L, Vc, ldv, S, z);
+}
+
+/* Only the state of a span of n tokens: S += phi(K)^T V, z += colsum phi(K) (the first pass when a
+ * sequence is split between threads). */
+static void FN(state_only)(Work *w, const float *K, const float *V, long n, float *S, float *z)
+{
+    for (long c0 = 0; c0 < n; c0 += w->C) {
+        long L = n - c0 < w->C ? n - c0 : w->C, ldv;
+        FN(features_k)(w, K + c0 * w->d, L);
+        const float *Vc = FN(values)(w, V + c0 * w->dv, L, &ldv);
+        FN(advance)(w, L, Vc, ldv, S, z);
+    }
+}
+
+/* The state of one work item is S (dp, dvp) followed by z (dp), in one array of this many floats. */
+static long FN(state_floats)(const Problem *p)
+{
+    Work w = FN(layout)(p);
+    return FLOATS_64(w.dp * w.dvp + w.dp);
+}
+
+/* One thread's buffers: Fq (Cp, d), FkT (dp, Cp), A (Cp, Cp), rden (Cp), and Vp (Cp, dvp) when d_v
+ * is not a multiple of VL; each rounded up to 64 bytes. */
+static long FN(work_floats)(const Problem *p)
+{
+    Work w = FN(layout)(p);
+    long n = FLOATS_64(w.Cp * w.d) + FLOATS_64(w.dp * w.Cp) + FLOATS_64(w.Cp * w.Cp) + FLOATS_64(w.Cp);
+    return n + (w.dv % VL ? FLOATS_64(w.Cp * w.dvp) : 0);
+}
+
+/* Carve the buffers out of mem (work_floats of them, 64-byte aligned) and zero them: the padding
+ * must read as zeros. */
+static void FN(work_init)(Work *w, const Problem *p, float *mem)
+{
+    *w = FN(layout)(p);
+    memset(mem, 0, (size_t)FN(work_floats)(p) * sizeof(float));
+    w->Fq = mem;
+    w->FkT = w->Fq + FLOATS_64(w->Cp * w->d);
+    w->A = w->FkT + FLOATS_64(w->dp * w->Cp);
+    w->rden = w->A + FLOATS_64(w->Cp * w->Cp);
+    w->Vp = w->dv % VL ? w->rden + FLOATS_64(w->Cp) : NULL;
+}
+
+/* One work item: tokens [t0, t1) of sequence b, from the state S, z = state, state + dp * dvp. Pass 1
+ * only moves the state past the tokens; pass 2 writes their outputs too. */
+static void FN(run_item)(const Problem *p, Work *w, int pass, long b, long t0, long t1, float *state)
+{
+    float *S = state, *z = state + w->dp * w->dvp;
+    const float *Q = p->q + b * p->n * p->d, *K = p->k + b * p->n * p->d, *V = p->v + b * p->n * p->dv;
+    if (pass == 1) {
+        FN(state_only)(w, K + t0 * p->d, V + t0 * p->dv, t1 - t0, S, z);
+        return;
+    }
+    float *out = p->out + b * p->n * p->dv, *den = p->den + b * p->n;
+    for (long c0 = t0; c0 < t1; c0 += p->C) {
+        long L = t1 - c0 < p->C ? t1 - c0 : p->C;
+        FN(chunk)(w, Q + c0 * p->d, K + c0 * p->d, V + c0 * p->dv, out + c0 * p->dv, den + c0, L, S, z);
+    }
+}
+
+static const Kernel FN(kernel) = {
+    .name = STR(ISA),
+    .state_floats = FN(state_floats),
+    .work_floats = FN(work_floats),
+    .work_init = FN(work_init),
+    .run = FN(run_item),
+};
+
+#undef vf
+#undef vi
+#undef INLINE
+#undef NV_SWITCH
+#undef FN
+#undef CAT
+#undef CAT_
