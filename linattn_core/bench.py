@@ -193,17 +193,21 @@ def format_targets(targets: Sequence[Target]) -> str:
     return "\n".join(lines)
 
 
-#: Largest |fast - reference| accepted by :func:`check_methods` (float64 inputs of order one).
+#: Largest |fast - reference| accepted by :func:`check_methods` (inputs of order one), per dtype: float64
+#: checks the algebra, float32 the forms that only run in float32 (the compiled chunked kernel).
 CHECK_ATOL = 1e-8
+CHECK_ATOL_FLOAT32 = 5e-5
 
 
 def check_methods(methods: Sequence[T.Method], device: Any, *, N: int = 67, d: int = 16, d_v: int = 8,
                   seed: int = 0) -> dict[str, float]:
-    """Every method against its reference before anything is timed, in float64 on the timing device.
+    """Every method against its reference before anything is timed, on the timing device.
 
     Softmax methods are compared with :func:`linattn_core.softmax_attention`, linear ones with the quadratic
-    :func:`linattn_core.kernel_attention` (elu+1), at a length that no chunk size of the run divides.
-    Returns the largest absolute difference per method label; a speed of a wrong answer is worth nothing.
+    :func:`linattn_core.kernel_attention` (elu+1), at a length that no chunk size of the run divides, in
+    float64 and then with float32 inputs (against the same float64 reference): the compiled chunked
+    kernel runs in float32 only. Returns the largest absolute difference per method label and dtype
+    (``"chunked (causal)"`` and ``"chunked (causal) float32"``); a speed of a wrong answer is worth nothing.
     """
     import torch
 
@@ -219,7 +223,27 @@ def check_methods(methods: Sequence[T.Method], device: Any, *, N: int = 67, d: i
         else:
             ref = kernel_attention(q, k, v, "elu+1", causal=m.causal)
         errors[m.label] = float((m.fn(q, k, v) - ref).abs().max())
+        q32, k32, v32 = (x.float() for x in (q, k, v))
+        errors[f"{m.label} float32"] = float((m.fn(q32, k32, v32).double() - ref).abs().max())
     return errors
+
+
+def check_failures(errors: dict[str, float]) -> dict[str, float]:
+    """The entries of :func:`check_methods` over their dtype's tolerance."""
+    return {k: e for k, e in errors.items()
+            if not e <= (CHECK_ATOL_FLOAT32 if k.endswith(" float32") else CHECK_ATOL)}
+
+
+def chunked_kernel(device: Any) -> str:
+    """What runs the causal chunked form here: the compiled kernel (its instruction set) or torch ops."""
+    from . import native
+
+    if T._torch_device(device).type != "cpu":
+        return "torch ops (the compiled kernel is for CPUs)"
+    if native.available():
+        return f"compiled kernel, {native.isas()[0]} (LINATTN_NATIVE=0 times the torch ops instead)"
+    why = "switched off by LINATTN_NATIVE=0" if native.isas() else "not built or no AVX2 on this CPU"
+    return f"torch ops (compiled kernel {why})"
 
 
 def run(config: Config, *, device: Any = None, progress: bool | None = None,
@@ -244,9 +268,14 @@ def run(config: Config, *, device: Any = None, progress: bool | None = None,
         sizes = " and ".join(f"{n}³" for n in config.matmul_sizes)
         say(f"{config.dtype} matmul rate (best of {sizes} products): {matmul_gflops:.1f} GFLOP/s")
         methods = T.standard_methods(chunk_size=config.chunk_size)
+        kernel = chunked_kernel(dev)
+        say(f"causal chunked form: {kernel}")
         checks = check_methods(methods, dev)
-        wrong = {k: e for k, e in checks.items() if not e <= CHECK_ATOL}
-        say(f"checked against the references (float64, N=67): max |difference| = {max(checks.values()):.1e}"
+        wrong = check_failures(checks)
+        worst = {dt: max(e for k, e in checks.items() if k.endswith(" float32") == (dt == "float32"))
+                 for dt in ("float64", "float32")}
+        say(f"checked against the float64 references (N=67): max |difference| = {worst['float64']:.1e} "
+            f"(float64 inputs), {worst['float32']:.1e} (float32 inputs)"
             + (f"; WRONG: {wrong}" if wrong else ""))
         records = T.sweep(methods, config.lengths, d=config.d, d_v=config.d_v,
                           batch_heads=config.batch_heads, dtype=config.dtype, device=dev,
@@ -272,6 +301,7 @@ def run(config: Config, *, device: Any = None, progress: bool | None = None,
         "matmul_gflops_before": matmul_gflops_before,
         "matmul_gflops_after": matmul_gflops_after,
         "meta": meta,
+        "chunked_kernel": kernel,
         "config": {k: getattr(config, k) for k in config.__dataclass_fields__},
         "checks": checks,
         "results": [r.to_dict(meta=False) for r in records],

@@ -48,14 +48,18 @@ def test_quick_run_writes_the_schema(quick_json, capsys):
         else:
             assert isinstance(r["skipped"], str) and r["skipped"]
     assert {t["verdict"] for t in quick_json["targets"]} <= {"PASS", "FAIL", "N/A"}
-    assert set(quick_json["checks"]) == {m.label for m in T.standard_methods()}
-    assert max(quick_json["checks"].values()) <= bench.CHECK_ATOL
+    labels = {m.label for m in T.standard_methods()}
+    assert set(quick_json["checks"]) == labels | {f"{label} float32" for label in labels}
+    assert bench.check_failures(quick_json["checks"]) == {}
+    assert quick_json["chunked_kernel"] == bench.chunked_kernel("cpu")
 
 
 def test_check_methods_catches_a_wrong_method():
     wrong = T.Method("chunked", True, lambda q, k, v: v)  # returns the values: not attention
     errors = bench.check_methods([wrong, *T.standard_methods(["linear"])], "cpu")
     assert errors["chunked (causal)"] > 0.1 and errors["linear"] <= bench.CHECK_ATOL
+    assert errors["chunked (causal) float32"] > 0.1 and errors["linear float32"] <= bench.CHECK_ATOL_FLOAT32
+    assert set(bench.check_failures(errors)) == {"chunked (causal)", "chunked (causal) float32"}
 
 
 def test_quick_run_prints_table_and_targets(tmp_path, capsys):
