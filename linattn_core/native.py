@@ -10,7 +10,8 @@ the torch forms in ``linear.py``; both are tested against the same float64 refer
 The kernel is a CPython extension that ``pip install`` builds (``setup.py``; optional, so that a
 machine without a C compiler still installs the package). It has code for AVX-512 and for AVX2 and
 uses the best one the CPU runs. To time the torch forms instead, use :func:`switched_off` or set
-``LINATTN_NATIVE=0``.
+``LINATTN_NATIVE=0``; ``LINATTN_NATIVE=avx2`` picks that instruction set (to see what a CPU without
+AVX-512 would run).
 
 >>> from linattn_core import native
 >>> native.isas()          # doctest: +SKIP
@@ -82,8 +83,9 @@ def chunked(Q: Any, K: Any, V: Any, phi: FeatureMap, eps: float, C: int, out: An
     """Causal chunked linear attention into ``out`` and ``den`` (the unclamped denominators).
 
     Q, K: (B, N, d), V: (B, N, d_v), out: (B, N, d_v), den: (B, N); contiguous CPU float32 tensors.
-    ``threads`` defaults to ``torch.get_num_threads()``; ``isa`` (``"avx512"``, ``"avx2"``) to the best
-    one of :func:`isas`. The arguments are checked here, since the compiled code trusts them.
+    ``threads`` defaults to ``torch.get_num_threads()``; ``isa`` (``"avx512"``, ``"avx2"``) to
+    ``LINATTN_NATIVE`` when it names one of :func:`isas`, else the best of them. The arguments are
+    checked here, since the compiled code trusts them.
     """
     torch = B.torch_module()
     if _chunked is None:
@@ -113,6 +115,8 @@ def chunked(Q: Any, K: Any, V: Any, phi: FeatureMap, eps: float, C: int, out: An
     C = B.check_positive_int(C, "chunk_size")
     eps = B.check_eps(eps)
     threads = B.check_positive_int(torch.get_num_threads() if threads is None else threads, "threads")
+    if isa is None and os.environ.get("LINATTN_NATIVE", "") in isas():
+        isa = os.environ["LINATTN_NATIVE"]
     if isa is not None and isa not in isas():
         raise ValueError(f"isa must be one of {isas()} on this CPU, got {isa!r}")
     threads = min(threads, 64)

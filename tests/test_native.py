@@ -138,6 +138,19 @@ def test_threads_split_sequences_without_changing_a_bit(isa):
 
 
 @needs_kernel
+def test_the_environment_picks_an_instruction_set(monkeypatch):
+    calls = []
+    real = native._chunked.forward
+    monkeypatch.setattr(native._chunked, "forward", lambda *a: calls.append(a[13]) or real(*a))
+    q, k, v = qkv(1, 50, 8, 8, seed=10, map_name="relu")
+    for value, isa in [(ISAS[-1], ISAS[-1]), ("1", None), ("no-such-isa", None)]:
+        monkeypatch.setenv("LINATTN_NATIVE", value)
+        run(q, k, v, "relu", 16)
+        assert calls.pop() == isa
+    assert run(q, k, v, "relu", 16, isa=ISAS[0])[0] is not None and calls.pop() == ISAS[0]  # explicit wins
+
+
+@needs_kernel
 def test_instruction_sets_agree():
     if len(ISAS) < 2:
         pytest.skip(f"only {ISAS} on this CPU")
