@@ -10,7 +10,7 @@
  *
  *   Fq = phi(Q_c)                          (L, d)   rows
  *   FkT = phi(K_c)^T                       (d, L)   transposed, so that scores come out as rows
- *   A = tril(Fq FkT)                       (L, L)   only the 16-column blocks on or below the diagonal
+ *   A = tril(Fq FkT)                       (L, L)   only its VL-column blocks on or below the diagonal
  *   den = rowsum(A) + Fq z                 (L)
  *   out = (Fq S + A V_c) / max(den, eps)   (L, d_v) straight from the accumulators to the output
  *   S += FkT V_c,  z += rowsum(FkT)
