@@ -8,6 +8,10 @@ tell a 10% change from noise. Here both versions run on the same inputs, call af
 and each keeps its fastest call; the median is printed too (the bench reports medians). The matmul rate
 is measured before and after, to show the drift. The fractions use the chunked FLOP count of issue 2 and
 the better of the two rates (the stricter reading).
+
+A revision that has the compiled kernel (``linattn_core/_chunked.c``) gets it built in its temporary
+copy, and each version says whether it runs the kernel or the torch ops (``LINATTN_NATIVE=0`` makes
+both run the torch ops).
 """
 
 from __future__ import annotations
@@ -38,13 +42,28 @@ def load(path: Path):
 
 
 def checkout(rev: str, into: Path) -> Path:
-    archive = subprocess.run(["git", "archive", rev, "linattn_core"], cwd=ROOT, check=True,
+    def exists(path: str) -> bool:
+        return subprocess.run(["git", "cat-file", "-e", f"{rev}:{path}"], cwd=ROOT).returncode == 0
+
+    paths = ["linattn_core"] + [p for p in ("setup.py", "pyproject.toml") if exists(p)]
+    archive = subprocess.run(["git", "archive", rev, *paths], cwd=ROOT, check=True,
                              capture_output=True).stdout
     with tempfile.TemporaryFile() as f:
         f.write(archive)
         f.seek(0)
         tarfile.open(fileobj=f).extractall(into, filter="data")
+    if (into / "setup.py").exists():  # the revision has a compiled kernel: build it in the copy
+        subprocess.run([sys.executable, "setup.py", "-q", "build_ext", "--inplace"], cwd=into, check=True,
+                       capture_output=True)
     return into
+
+
+def runs(module) -> str:
+    """What runs the causal chunked form in this version of linattn_core."""
+    native = getattr(module, "native", None) or sys.modules.get(f"{module.__name__}.native")
+    if native is None or not native.available():
+        return "torch ops"
+    return f"kernel ({native.isas()[0]})"
 
 
 def main() -> int:
@@ -58,7 +77,12 @@ def main() -> int:
     import torch
 
     with tempfile.TemporaryDirectory() as tmp:
-        versions = {args.rev: load(checkout(args.rev, Path(tmp))), "working tree": load(ROOT)}
+        versions = {args.rev: load(checkout(args.rev, Path(tmp)))}
+        forms = {args.rev: runs(versions[args.rev])}
+        versions["working tree"] = load(ROOT)
+        forms["working tree"] = runs(versions["working tree"])
+        for name, form in forms.items():
+            print(f"{name}: the chunked form runs as {form}")
         timing = importlib.import_module("linattn_core.timing")  # the working tree's (loaded last)
         rate_before = timing.matmul_rate("cpu")
         gen = torch.Generator().manual_seed(0)
