@@ -138,6 +138,29 @@ def test_threads_split_sequences_without_changing_a_bit(isa):
 
 
 @needs_kernel
+def test_python_threads_calling_at_once_get_their_own_results():
+    # each Python thread has its own kept workspace and its own team of C threads (the GIL is
+    # released during the call), so concurrent calls must not see each other's buffers
+    import threading
+
+    inputs = [qkv(3, 700 + 50 * i, 32, 16, seed=20 + i, map_name="elu+1") for i in range(4)]
+    expected = [run(*x, "elu+1", 64)[0] for x in inputs]
+    results: dict[int, list] = {i: [] for i in range(4)}
+
+    def work(i):
+        for _ in range(5):
+            results[i].append(linear_attention(*inputs[i], causal=True, method="chunked"))
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for i in range(4):
+        assert len(results[i]) == 5 and all(torch.equal(r, expected[i]) for r in results[i])
+
+
+@needs_kernel
 def test_the_environment_picks_an_instruction_set(monkeypatch):
     calls = []
     real = native._chunked.forward
