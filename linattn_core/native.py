@@ -67,7 +67,7 @@ def _phi_code(phi: FeatureMap) -> int | None:
     # exact types: a subclass may change the formula
     codes = {Identity: "PHI_IDENTITY", ReLU: "PHI_RELU", EluPlusOne: "PHI_ELU1"}
     name = codes.get(type(phi))
-    return None if name is None else getattr(_chunked, name)
+    return None if name is None or _chunked is None else getattr(_chunked, name)
 
 
 def supports(x: Any, phi: FeatureMap) -> bool:
