@@ -39,9 +39,12 @@ __all__ = ["available", "chunked", "isas", "supports", "switched_off"]
 _off = 0  # depth of switched_off() blocks
 
 
+_ISAS: tuple[str, ...] = tuple(_chunked.isas()) if _chunked is not None else ()  # the CPU stays the same
+
+
 def isas() -> tuple[str, ...]:
     """The instruction sets the compiled kernel can use on this CPU, best first (empty: no kernel)."""
-    return tuple(_chunked.isas()) if _chunked is not None else ()
+    return _ISAS
 
 
 def available() -> bool:
