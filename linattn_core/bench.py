@@ -30,7 +30,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -248,9 +247,7 @@ def chunked_kernel(device: Any) -> str:
     if T._torch_device(device).type != "cpu":
         return "torch ops (the compiled kernel is for CPUs)"
     if native.available():
-        isa = os.environ.get("LINATTN_NATIVE", "")
-        isa = isa if isa in native.isas() else native.isas()[0]
-        return f"compiled kernel, {isa} (LINATTN_NATIVE=0 times the torch ops instead)"
+        return f"compiled kernel, {native.default_isa()} (LINATTN_NATIVE=0 times the torch ops instead)"
     why = "switched off by LINATTN_NATIVE=0" if native.isas() else "not built or no AVX2 on this CPU"
     return f"torch ops (compiled kernel {why})"
 

@@ -34,7 +34,7 @@ try:
 except ImportError:  # not built here (no compiler when installed): the torch forms are used
     _chunked = None
 
-__all__ = ["available", "chunked", "isas", "supports", "switched_off"]
+__all__ = ["available", "chunked", "default_isa", "isas", "supports", "switched_off"]
 
 _off = 0  # depth of switched_off() blocks
 
@@ -45,6 +45,17 @@ _ISAS: tuple[str, ...] = tuple(_chunked.isas()) if _chunked is not None else () 
 def isas() -> tuple[str, ...]:
     """The instruction sets the compiled kernel can use on this CPU, best first (empty: no kernel)."""
     return _ISAS
+
+
+def default_isa() -> str | None:
+    """The instruction set a call uses by default: ``LINATTN_NATIVE`` when it names one of :func:`isas`,
+    else the best of them (None when there is no kernel or it is switched off)."""
+    return (_env_isa() or _ISAS[0]) if available() else None
+
+
+def _env_isa() -> str | None:
+    wanted = os.environ.get("LINATTN_NATIVE", "")
+    return wanted if wanted in _ISAS else None
 
 
 def available() -> bool:
@@ -66,11 +77,13 @@ def switched_off() -> Iterator[None]:
         _off -= 1
 
 
+# exact types: a subclass may change the formula
+_PHI_CODES = {} if _chunked is None else {
+    Identity: _chunked.PHI_IDENTITY, ReLU: _chunked.PHI_RELU, EluPlusOne: _chunked.PHI_ELU1}
+
+
 def _phi_code(phi: FeatureMap) -> int | None:
-    # exact types: a subclass may change the formula
-    codes = {Identity: "PHI_IDENTITY", ReLU: "PHI_RELU", EluPlusOne: "PHI_ELU1"}
-    name = codes.get(type(phi))
-    return None if name is None or _chunked is None else getattr(_chunked, name)
+    return _PHI_CODES.get(type(phi))
 
 
 def supports(x: Any, phi: FeatureMap) -> bool:
@@ -87,8 +100,7 @@ def chunked(Q: Any, K: Any, V: Any, phi: FeatureMap, eps: float, C: int, out: An
 
     Q, K: (B, N, d), V: (B, N, d_v), out: (B, N, d_v), den: (B, N); contiguous CPU float32 tensors.
     ``threads`` defaults to ``torch.get_num_threads()``; ``isa`` (``"avx512"``, ``"avx2"``) to
-    ``LINATTN_NATIVE`` when it names one of :func:`isas`, else the best of them. The arguments are
-    checked here, since the compiled code trusts them.
+    :func:`default_isa`. The arguments are checked here, since the compiled code trusts them.
     """
     torch = B.torch_module()
     if _chunked is None:
@@ -118,10 +130,10 @@ def chunked(Q: Any, K: Any, V: Any, phi: FeatureMap, eps: float, C: int, out: An
     C = B.check_positive_int(C, "chunk_size")
     eps = B.check_eps(eps)
     threads = B.check_positive_int(torch.get_num_threads() if threads is None else threads, "threads")
-    if isa is None and os.environ.get("LINATTN_NATIVE", "") in isas():
-        isa = os.environ["LINATTN_NATIVE"]
-    if isa is not None and isa not in isas():
-        raise ValueError(f"isa must be one of {isas()} on this CPU, got {isa!r}")
+    if isa is None:  # LINATTN_NATIVE's choice; without one the compiled code takes the best
+        isa = _env_isa()
+    if isa is not None and isa not in _ISAS:
+        raise ValueError(f"isa must be one of {_ISAS} on this CPU, got {isa!r}")
     threads = min(threads, 64)
     # every buffer of the call, its threads' included, lives in this thread's kept workspace
     floats = _chunked.workspace(nb, n, d, d_v, C, threads, isa)

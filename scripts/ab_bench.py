@@ -63,7 +63,8 @@ def runs(module) -> str:
     native = getattr(module, "native", None) or sys.modules.get(f"{module.__name__}.native")
     if native is None or not native.available():
         return "torch ops"
-    return f"kernel ({native.isas()[0]})"
+    default_isa = getattr(native, "default_isa", lambda: native.isas()[0])  # older revisions lack it
+    return f"kernel ({default_isa()})"
 
 
 def main() -> int:
