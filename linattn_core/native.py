@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 from . import _backend as B
@@ -34,7 +35,9 @@ try:
 except ImportError:  # not built here (no compiler when installed): the torch forms are used
     _chunked = None
 
-__all__ = ["available", "chunked", "default_isa", "isas", "supports", "switched_off"]
+__all__ = ["available", "chunked", "default_isa", "isas", "source", "supports", "switched_off"]
+
+_SOURCES = ("_chunked.c", "_chunked_body.h")  # the kernel's C files, shipped with the package
 
 _off = 0  # depth of switched_off() blocks
 
@@ -56,6 +59,13 @@ def default_isa() -> str | None:
 def _env_isa() -> str | None:
     wanted = os.environ.get("LINATTN_NATIVE", "")
     return wanted if wanted in _ISAS else None
+
+
+def source(filename: str = "_chunked_body.h") -> str:
+    """The text of one of the kernel's C files (``"_chunked.c"`` or ``"_chunked_body.h"``), as shipped."""
+    if filename not in _SOURCES:
+        raise ValueError(f"filename must be one of {_SOURCES}, got {filename!r}")
+    return (Path(__file__).parent / filename).read_text(encoding="utf-8")
 
 
 def available() -> bool:
