@@ -24,7 +24,7 @@ from typing import Any
 
 from . import _backend as B
 from .attention import normalise, warn_nonpositive
-from .feature_maps import as_feature_map
+from .feature_maps import as_feature_map, require_exact_products
 
 __all__ = ["DECAY_METHODS", "decayed_kernel_attention", "decayed_linear_attention"]
 
@@ -38,13 +38,15 @@ def _log_gates(decay: Any, q: Any, be: B.Backend) -> Any:
     return B.lib(gates).log(gates)
 
 
-def _prepare(q: Any, k: Any, v: Any, feature_map: Any, decay: Any) -> tuple:
+def _prepare(q: Any, k: Any, v: Any, feature_map: Any, decay: Any, normalize: bool, where: str) -> tuple:
     """Validate the inputs shared by both forms (before any work); return the features and log-gates.
 
     -> backend, phi, phi(q), phi(k): (..., N, d_phi), v in the compute dtype, log g: (..., N)
     """
     be = B.check_qkv(q, k, v, causal=True)
     phi = as_feature_map(feature_map, int(q.shape[-1]))
+    if not normalize:
+        require_exact_products(phi, where, "normalize")
     log_g = _log_gates(decay, q, be)
     q, k, v = (be.to_compute(x) for x in (q, k, v))
     phi_q, phi_k = phi.pair(q, k, causal=True)
@@ -73,6 +75,10 @@ def decayed_kernel_attention(
         ``g_t``; ``1`` is plain causal linear attention.
     normalize : bool
         Divide by the decayed normaliser ``max(phi(q_i) . z_i, eps)`` (True) or return the numerator.
+        The numerator is exact for any feature map whose products ``phi(q) . phi(k)`` are the kernel
+        itself; a stabilised Performer's are so only up to per-query constants, which cancel in the
+        normalised output alone, so ``normalize=False`` refuses it (``ValueError``): build it with
+        ``stabilize=False`` for the raw numerator.
     eps : float
     return_weights : bool
         Also return the implied ``(..., N, N)`` weights (normalised when ``normalize`` is True).
@@ -93,7 +99,8 @@ def decayed_kernel_attention(
     # q, k: (..., N, d), v: (..., N, d_v)
     B.check_flag(return_weights, "return_weights")
     eps, normalize = B.check_eps(eps), B.check_flag(normalize, "normalize")
-    be, phi, phi_q, phi_k, v, log_g = _prepare(q, k, v, feature_map, decay)
+    where = "decayed_kernel_attention"
+    be, phi, phi_q, phi_k, v, log_g = _prepare(q, k, v, feature_map, decay, normalize, where)
     b = B.cumsum(log_g, -1)  # b_i = sum_{l <= i} log g_l, so prod_{j < l <= i} g_l = exp(b_i - b_j)
     mask = B.causal_mask(int(phi_q.shape[-2]), phi_q)
     xp = B.lib(phi_q)
@@ -125,6 +132,8 @@ def decayed_linear_attention(
     Same arguments as :func:`decayed_kernel_attention`, plus ``method`` (``"recurrent"``,
     ``"chunked"`` or ``"auto"``), ``chunk_size`` and ``return_state``: also return the final state
     ``(S, z)`` with shapes ``(..., d_phi, d_v)`` and ``(..., d_phi)``. Never builds an ``N x N`` array.
+    (With a stabilised Performer, ``S`` and ``z`` share one constant factor per batch entry, which
+    cancels in ``phi(q)^T S / phi(q) . z``.)
 
     Examples
     --------
@@ -141,7 +150,8 @@ def decayed_linear_attention(
     chunk_size = B.check_positive_int(chunk_size, "chunk_size")
     B.check_flag(return_state, "return_state")
     eps, normalize = B.check_eps(eps), B.check_flag(normalize, "normalize")
-    be, phi, phi_q, phi_k, v, log_g = _prepare(q, k, v, feature_map, decay)
+    where = "decayed_linear_attention"
+    be, phi, phi_q, phi_k, v, log_g = _prepare(q, k, v, feature_map, decay, normalize, where)
     if method == "recurrent":
         num, den, S, z = _recurrent(phi_q, phi_k, v, log_g)
     else:

@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from . import _backend as B
-from .feature_maps import as_feature_map
+from .feature_maps import as_feature_map, require_exact_products
 
 __all__ = ["DELTA_METHODS", "delta_rule_attention"]
 
@@ -70,7 +70,10 @@ def delta_rule_attention(
     feature_map : str, FeatureMap or callable
         ``phi``, applied before the L2 normalisation (default: the identity, as in DeltaNet).
     normalize_qk : bool
-        Scale ``phi(q_t)`` and ``phi(k_t)`` to unit length (True keeps the update stable).
+        Scale ``phi(q_t)`` and ``phi(k_t)`` to unit length (True keeps the update stable). Unit rows
+        also remove any positive constant a map multiplies a row by, so a stabilised Performer is exact
+        here; with ``normalize_qk=False`` its constants would act like a rescaled ``beta``, so that
+        combination is refused (``ValueError``): build it with ``stabilize=False``.
     method : {"auto", "recurrent", "quadratic", "chunked"}
     chunk_size : int
     return_state : bool
@@ -97,6 +100,8 @@ def delta_rule_attention(
     normalize_qk = B.check_flag(normalize_qk, "normalize_qk")
     B.check_flag(return_state, "return_state")
     phi = as_feature_map(feature_map, int(q.shape[-1]))
+    if not normalize_qk:
+        require_exact_products(phi, "delta_rule_attention", "normalize_qk")
     beta = _betas(beta, q, be)  # (..., N)
     q, k, v = (be.to_compute(x) for x in (q, k, v))
     phi_q, phi_k = phi.pair(q, k, causal=True)  # (..., N, f)

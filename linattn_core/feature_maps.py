@@ -60,12 +60,17 @@ class FeatureMap:
     elementwise : bool
         True when ``phi`` acts on each token alone, the same way at every position (so it can be
         applied a block of tokens at a time, and to queries and keys alike).
+    normalised_only : bool
+        True when ``phi(q_i)`` and ``phi(k_j)`` carry data-dependent constant factors that cancel
+        only in a normalised output (the stabilised Performer). Forms that do not normalise refuse
+        such a map (see :func:`require_exact_products`).
     """
 
     name: str = "feature map"
     d_phi: int | None = None
     positive: bool = False
     elementwise: bool = False
+    normalised_only: bool = False
 
     def __call__(self, x: Any, *, offset: int = 0) -> Any:
         # x: (..., N, d) -> (..., N, d_phi)
@@ -260,6 +265,7 @@ class Performer(FeatureMap):
         self.stabilize = B.check_flag(stabilize, "stabilize")
         self.positive = kind == "positive"
         self.d_phi = self.num_features * (1 if self.positive else 2)
+        self.normalised_only = self.stabilize  # the shifts cancel only after normalisation
         self.d = d
         self.seed = seed
         self.projection: np.ndarray | None = None
@@ -481,6 +487,19 @@ def get_feature_map(name: str, **options: Any) -> FeatureMap:
         return cls(**options)
     except TypeError as err:
         raise TypeError(f"feature map {name!r}: {err}") from None
+
+
+def require_exact_products(phi: FeatureMap, where: str, option: str) -> None:
+    """Refuse a map whose products ``phi(q) . phi(k)`` are the kernel only up to constants.
+
+    ``where`` is the function, ``option`` its normalisation flag: called when that flag is False.
+    """
+    if phi.normalised_only:
+        raise ValueError(
+            f"{where}({option}=False) with {phi!r}: a stabilised map scales each query's and key's"
+            " features by data-dependent constants that cancel only in a normalised output, so the"
+            f" unnormalised result would be wrong. Build the map with stabilize=False, or pass {option}=True"
+        )
 
 
 def as_feature_map(feature_map: Any, d: int) -> FeatureMap:

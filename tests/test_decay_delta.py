@@ -174,3 +174,99 @@ def test_delta_causal_needs_equal_lengths():
     q, k, v, _, _ = _inputs(5)
     with pytest.raises(ValueError, match="as many queries as keys"):
         delta_rule_attention(q[..., :3, :], k, v)
+
+
+# --- forms that do not normalise, with the Performer's stabiliser ------------------------------------
+# A stabilised Performer scales phi(q_i) and phi(k_j) by data-dependent constants that cancel only in a
+# normalised output; the unnormalised forms must refuse it, be exact without it, and the normalised
+# forms must stay exact with it.
+
+
+def _performer(stabilize, d=6, m=16):
+    from linattn_core import get_feature_map
+
+    return get_feature_map("performer", d=d, num_features=m, seed=3, stabilize=stabilize)
+
+
+def _small_inputs(n=20, seed=5):
+    q, k, v, gates, betas = _inputs(n, seed=seed)
+    return 0.5 * q, 0.5 * k, v, gates, betas  # small: the unnormalised delta rule stays contracting
+
+
+def _favor_features(x, phi):
+    """phi(x) from the FAVOR+ formula, in float64: exp(W x' - |x'|^2 / 2) / sqrt(m), x' = x d^-1/4."""
+    xs = x * x.shape[-1] ** -0.25
+    return np.exp(xs @ phi.projection.T - 0.5 * (xs**2).sum(-1, keepdims=True)) / np.sqrt(phi.d_phi)
+
+
+@pytest.mark.parametrize("form", ["kernel", "recurrent", "chunked"])
+def test_unnormalised_decay_is_the_exact_numerator_without_the_stabiliser(form):
+    q, k, v, gates, _ = _small_inputs()
+    phi = _performer(stabilize=False)
+    fq, fk = _favor_features(q, phi), _favor_features(k, phi)  # (2, N, m)
+    n = q.shape[-2]
+    i, j = np.indices((n, n))
+    logb = np.cumsum(np.log(gates), -1)  # decay from j to i: exp(b_i - b_j)
+    w = np.where(j <= i, (fq @ np.swapaxes(fk, -1, -2)) * np.exp(logb[..., :, None] - logb[..., None, :]), 0)
+    if form == "kernel":
+        got = decayed_kernel_attention(q, k, v, phi, decay=gates, normalize=False)
+    else:
+        got = decayed_linear_attention(q, k, v, phi, decay=gates, normalize=False, method=form, chunk_size=7)
+    assert_close(got, w @ v, what=f"unnormalised decayed numerator, {form}")
+
+
+@pytest.mark.parametrize("form", ["kernel", "recurrent", "chunked", "auto"])
+def test_unnormalised_decay_refuses_stabilised_performer_features(form):
+    q, k, v, _, _ = _small_inputs()
+    with pytest.raises(ValueError, match=r"normalize=False.*stabilize=False.*normalize=True"):
+        if form == "kernel":
+            decayed_kernel_attention(q, k, v, _performer(stabilize=True), normalize=False)
+        else:
+            decayed_linear_attention(q, k, v, _performer(stabilize=True), normalize=False, method=form)
+    with pytest.raises(ValueError, match="stabilize=False"):  # the default Performer is stabilised
+        decayed_linear_attention(q, k, v, "performer", normalize=False)
+
+
+@pytest.mark.parametrize("form", ["kernel", "recurrent", "chunked"])
+def test_normalised_decay_with_stabilised_performer_equals_the_unstabilised_one(form):
+    q, k, v, gates, _ = _small_inputs()
+    kw = {"decay": gates} if form == "kernel" else {"decay": gates, "method": form, "chunk_size": 7}
+    fn = decayed_kernel_attention if form == "kernel" else decayed_linear_attention
+    assert_close(fn(q, k, v, _performer(stabilize=True), **kw), fn(q, k, v, _performer(stabilize=False), **kw),
+                 what=f"stabiliser cancels after normalisation, {form}")
+
+
+def _delta_reference(fq, fk, v, beta):
+    """The literal delta-rule recurrence in float64 numpy, no normalisation. fq, fk: (N, f)."""
+    S = np.zeros((fk.shape[-1], v.shape[-1]))
+    ys = []
+    for t in range(fk.shape[0]):
+        S = S + beta[t] * np.outer(fk[t], v[t] - fk[t] @ S)
+        ys.append(fq[t] @ S)
+    return np.stack(ys)
+
+
+@pytest.mark.parametrize("method", ["recurrent", "quadratic", "chunked"])
+def test_unnormalised_delta_rule_is_exact_without_the_stabiliser(method):
+    q, k, v, _, betas = _small_inputs()
+    q, k, v, betas = q[0], k[0], v[0], 0.5 * betas[0]  # one sequence, beta in [0, 1]
+    phi = _performer(stabilize=False)
+    expected = _delta_reference(_favor_features(q, phi), _favor_features(k, phi), v, betas)
+    got = delta_rule_attention(q, k, v, betas, phi, normalize_qk=False, method=method, chunk_size=7)
+    assert_close(got, expected, what=f"unnormalised delta rule with Performer features, {method}")
+
+
+@pytest.mark.parametrize("method", ["recurrent", "quadratic", "chunked", "auto"])
+def test_unnormalised_delta_rule_refuses_stabilised_performer_features(method):
+    q, k, v, _, _ = _small_inputs()
+    with pytest.raises(ValueError, match=r"normalize_qk=False.*stabilize=False.*normalize_qk=True"):
+        delta_rule_attention(q, k, v, 1.0, _performer(stabilize=True), normalize_qk=False, method=method)
+
+
+@pytest.mark.parametrize("method", ["recurrent", "quadratic", "chunked"])
+def test_delta_rule_with_unit_features_is_exact_with_the_stabiliser(method):
+    # L2-normalising each feature row removes any positive per-row constant
+    q, k, v, _, betas = _small_inputs()
+    got = delta_rule_attention(q, k, v, betas, _performer(stabilize=True), method=method, chunk_size=7)
+    assert_close(got, delta_rule_attention(q, k, v, betas, _performer(stabilize=False), method=method,
+                                           chunk_size=7), what=f"stabilised vs plain, {method}")
