@@ -366,3 +366,65 @@ def describe_violations(violations: list[dict], impacts=("critical", "serious"))
             lines.append(f"    ... and {len(v['nodes']) - 5} more")
         out.append("\n".join(lines))
     return out
+
+
+# --- failed cells ----------------------------------------------------------------------------------
+
+# myst-nb renders a cell's error output as ``<div class="output traceback ...">`` and a stream written to
+# stderr (warnings, logging, a failed import's message) as ``<div class="output stderr ...">``; a page
+# that shows either published a cell that failed or complained, whatever the build's exit status.
+FAILED_OUTPUT_CLASSES = ("traceback", "error", "stderr")
+TRACEBACK_TEXT = "Traceback (most recent call last)"
+_VOID_TAGS = frozenset("area base br col embed hr img input link meta source track wbr".split())
+
+
+class _FailedOutputs(HTMLParser):
+    """Collects the text of every output block whose classes mark a failure, and the page's text."""
+
+    def __init__(self):
+        super().__init__(convert_charrefs=True)
+        self.blocks: list[tuple[str, list[str]]] = []  # (kind, text pieces)
+        self.text: list[str] = []
+        self._open: list[int] = []  # depth at which each open block started
+        self._depth = 0
+
+    def handle_starttag(self, tag, attrs):
+        if tag in _VOID_TAGS:
+            return
+        self._depth += 1
+        classes = (dict(attrs).get("class") or "").split()
+        kinds = [c for c in FAILED_OUTPUT_CLASSES if c in classes]
+        if "output" in classes and kinds:
+            self.blocks.append((kinds[0], []))
+            self._open.append(self._depth)
+
+    def handle_endtag(self, tag):
+        if tag in _VOID_TAGS:
+            return
+        while self._open and self._open[-1] >= self._depth:
+            self._open.pop()
+        self._depth -= 1
+
+    def handle_data(self, data):
+        self.text.append(data)
+        if self._open:
+            self.blocks[-1][1].append(data)
+
+
+def failed_outputs(html: str) -> list[str]:
+    """What a page shows of failed cells: each traceback, error or stderr output block (its kind and its
+    first line), and any text reading "Traceback (most recent call last)"; empty for a clean page."""
+    parser = _FailedOutputs()
+    parser.feed(html)
+    parser.close()
+    found = []
+    for kind, pieces in parser.blocks:
+        lines = [ln.strip() for ln in "".join(pieces).splitlines() if ln.strip()]
+        # a traceback's last line names the exception; a stderr block's first line says what it is
+        line = (lines[-1] if kind == "traceback" else lines[0]) if lines else ""
+        found.append(f"{kind} output: {line[:200]!r}")
+    text = "".join(parser.text)
+    if TRACEBACK_TEXT in text and not any(k == "traceback" for k, _ in parser.blocks):
+        at = text.index(TRACEBACK_TEXT)
+        found.append(f"traceback in the text: {text[at:at + 200]!r}")
+    return found

@@ -1,6 +1,7 @@
 """The website as a reader sees it: every page of the built site, loaded in headless Chromium.
 
-Each page is loaded once, offline (every host but 127.0.0.1 blocked), and checked for: console errors
+Each page's HTML is checked for published failures (traceback, error or stderr output blocks). Each page
+is loaded once, offline (every host but 127.0.0.1 blocked), and checked for: console errors
 and failed or external requests; math typeset by MathJax with no raw TeX left; every plotly figure
 drawn, with its titles, axis titles and legends neither colliding nor cut off; no serious or critical
 axe-core accessibility violation; a page weight (its own files, not the site-wide scripts) under
@@ -29,6 +30,7 @@ from _site_checks import (
     WAIT_PLOTLY_JS,
     broken_links,
     describe_violations,
+    failed_outputs,
     gd_selector,
     load_report,
     page_weight,
@@ -72,6 +74,18 @@ def test_no_console_errors_or_external_requests(report, rel):
     problems = rep.log.problems()
     header = f"{rel}: {len(problems)} problem(s) while loading offline:\n  "
     assert not problems, header + "\n  ".join(problems)
+
+
+@pytest.mark.parametrize("rel", PAGES)
+def test_no_failed_cell_outputs(site, rel):
+    """No page publishes a cell that failed or complained: no traceback, error or stderr output block,
+    and no "Traceback (most recent call last)" anywhere in its text (a build with allowed errors, or a
+    cell that prints a caught traceback, would otherwise ship it to readers)."""
+    if rel is None:
+        pytest.fail("no pages found in the built site")
+    found = failed_outputs(page_source(rel))
+    header = f"{rel}: {len(found)} failed or noisy cell output(s) published:\n  "
+    assert not found, header + "\n  ".join(found)
 
 
 @pytest.mark.parametrize("rel", PAGES)
