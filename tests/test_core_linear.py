@@ -214,14 +214,14 @@ def test_gradients_equal_kernel_attention(mk, map_name, method):
 def test_fast_cpu_path_equals_numpy_reference_forms(n, fast_map, causal, chunk):
     import torch
 
-    from linattn_core import linear as linear_module
+    from linattn_core import fast
 
     rng = np.random.default_rng(n)
     q, k, v = rng.standard_normal((3, 2, n, 8))
     tq, tk, tv = (torch.from_numpy(x) for x in (q, k, v))
     method = "chunked" if causal else "auto"
     phi = get_feature_map(fast_map)
-    assert linear_module._use_fast_path(tq, tk, tv, causal, method, phi), "the test must use the fast path"
+    assert fast.which(tq, tk, tv, phi, causal=causal, method=method) == "torch", "must use the fast path"
     with torch.no_grad():
         fast = linear_attention(tq, tk, tv, fast_map, causal=causal, method=method, chunk_size=chunk)
     reference = linear_attention(q, k, v, fast_map, causal=causal, method=method, chunk_size=chunk)
@@ -237,13 +237,95 @@ def test_chunked_fast_path_for_batch_shapes_and_block_edges(batch, n, chunk):
     # and more than one group (70 > 4096 // 64 sequences), with a shorter last chunk and last block
     import torch
 
-    from linattn_core import linear as linear_module
+    from linattn_core import fast
 
     rng = np.random.default_rng(n + len(batch))
     q, k, v = rng.standard_normal((3, *batch, n, 8)) * 0.5
     tq, tk, tv = (torch.from_numpy(x) for x in (q, k, v))
-    assert linear_module._use_fast_path(tq, tk, tv, True, "chunked", get_feature_map("elu+1"))
+    assert fast.which(tq, tk, tv, get_feature_map("elu+1"), causal=True, method="chunked") == "torch"
     with torch.no_grad():
         fast = linear_attention(tq, tk, tv, "elu+1", causal=True, method="chunked", chunk_size=chunk)
     reference = linear_attention(q, k, v, "elu+1", causal=True, method="cumsum")
     assert_close(fast, reference, what=f"fast chunked path, batch {batch}, T={n}, C={chunk}")
+
+
+# --- the speed tier's one decision, and its forms with the compiled kernel on and off ---------------
+def _float32_qkv(shape, seed):
+    import torch
+
+    rng = np.random.default_rng(seed)
+    return tuple(torch.from_numpy(x).float() for x in rng.standard_normal((3, *shape)) * 0.5)
+
+
+@pytest.mark.parametrize("kernel", ["on", "switched off"])
+@pytest.mark.parametrize("map_name", ["elu+1", "relu", "performer", "cosformer"])
+@pytest.mark.parametrize("n", [65, 1000], ids=lambda n: f"T{n}")
+def test_fast_tier_float32_equals_the_float64_reference(map_name, n, kernel):
+    # float32 CPU tensors: the compiled kernel where it is built; switched off, the torch forms from
+    # 512 tokens on and the reference forms below. Performer and cosFormer features are computed first.
+    import contextlib
+
+    import torch
+
+    from linattn_core import fast, native
+
+    q, k, v = _float32_qkv((2, n, 8), seed=n)
+    phi = get_feature_map(map_name, d=8, seed=0) if map_name == "performer" else get_feature_map(map_name)
+    switch = native.switched_off if kernel == "switched off" else contextlib.nullcontext
+    with switch():
+        form = fast.which(q, k, v, phi, causal=True, method="chunked")
+        if native.available():
+            assert form == "kernel"
+        else:
+            assert form == ("torch" if n >= 512 else None)
+        out = linear_attention(q, k, v, phi, causal=True, method="chunked", chunk_size=48)
+    expected = kernel_attention(q.double(), k.double(), v.double(), phi, causal=True)
+    assert out.dtype == torch.float32 and out.shape == v.shape
+    assert_close(out, expected, dtype=torch.float32, what=f"{map_name}, T={n}, kernel {kernel} ({form})")
+
+
+@pytest.mark.parametrize(
+    "why", ["numpy", "grad", "recurrent", "cumsum", "short non-causal", "not elementwise, non-causal"]
+)
+def test_the_reference_forms_run_where_the_fast_tier_does_not_apply(why):
+    import torch
+
+    from linattn_core import fast
+
+    q, k, v = _float32_qkv((2, 600, 8), seed=3)
+    phi, causal, method = get_feature_map("elu+1"), True, "chunked"
+    if why == "numpy":
+        q, k, v = (x.numpy() for x in (q, k, v))
+    elif why == "grad":
+        q.requires_grad_(True)
+    elif why in ("recurrent", "cumsum"):
+        method = why
+    elif why == "short non-causal":
+        q, k, v, causal = q[:, :100], k[:, :100], v[:, :100], False
+    else:
+        phi, causal = get_feature_map("cosformer"), False
+    assert fast.which(q, k, v, phi, causal=causal, method=method) is None
+    assert fast.linear_attention(q, k, v, phi, causal=causal, eps=1e-6, method=method, chunk_size=64) is None
+    with torch.no_grad():  # and linear_attention still gives the reference's answer
+        out = linear_attention(q, k, v, phi, causal=causal, method=method)
+    as64 = [torch.as_tensor(x).detach().double() for x in (q, k, v)]
+    assert_close(out, kernel_attention(*as64, phi, causal=causal), dtype=torch.float32, what=why)
+
+
+@pytest.mark.parametrize("name", ["identity", "elu+1", "relu", "softplus"])
+@pytest.mark.parametrize("dtype", ["float64", "float32", "bfloat16"])
+def test_features_written_into_a_strided_buffer_equal_the_feature_map(name, dtype):
+    # fast.features.into, the torch fast path's allocation-free form, must give phi(x) as __call__ does
+    # (up to rounding), also when out is a transposed view, as the chunked path uses it
+    import torch
+
+    from linattn_core.fast.features import into
+
+    x = torch.from_numpy(np.random.default_rng(0).standard_normal((2, 3, 7, 6))).to(getattr(torch, dtype))
+    x[0, 0, 0, :3] = torch.tensor([30.0, -30.0, 0.0])
+    phi = get_feature_map(name)
+    out = torch.full((3, 2, 7, 6), float("nan"), dtype=x.dtype).transpose(0, 1)
+    y = into(phi, x, out, torch.empty_like(x))
+    assert y.data_ptr() == out.data_ptr() and not torch.isnan(out).any()
+    assert_close(out, phi(x), dtype=dtype, what=f"into({name}) against {name}(x), {dtype}")
+    assert_close(out.double(), phi(x.double()), dtype=dtype, what=f"into({name}) against float64 {name}")

@@ -122,185 +122,101 @@ def test_torch_cuda_peak_memory_is_far_below_n_squared(mode):
     assert peak < PEAK_FACTOR * io_bytes(N)
 
 
-# --- large results: kept blocks, reused once free, on huge pages (linattn_core._memory) ---------------
-def _thp_mode() -> str:
-    try:
-        with open("/sys/kernel/mm/transparent_hugepage/enabled") as f:
-            return f.read().split("[")[1].split("]")[0]
-    except (OSError, IndexError):
-        return "unavailable"
+# --- results are ordinary tensors owned by the caller -----------------------------------------------
+FORMS = {  # (causal, kernel on): the compiled kernel, the torch chunked form, the torch non-causal form
+    "kernel": (True, True),
+    "torch-chunked": (True, False),
+    "torch-noncausal": (False, False),
+}
 
 
-def _anon_huge_bytes(address: int) -> int:
-    """AnonHugePages of the mapping that holds ``address``, from /proc/self/smaps."""
-    inside = False
-    with open("/proc/self/smaps") as f:
-        for line in f:
-            head = line.split()[0]
-            if "-" in head and not head.endswith(":"):
-                lo, hi = (int(x, 16) for x in head.split("-"))
-                inside = lo <= address < hi
-            elif inside and head == "AnonHugePages:":
-                return int(line.split()[1]) * 1024
-    return 0
+def _switch(form):
+    """The kernel on (as installed) or switched off, for a form of FORMS."""
+    import contextlib
+
+    from linattn_core import native
+
+    return contextlib.nullcontext() if FORMS[form][1] else native.switched_off()
 
 
+def _call(form, q, k, v):
+    with _switch(form):
+        return linear_attention(q, k, v, causal=FORMS[form][0], method="chunked")
+
+
+def _span(t):
+    """The byte range of a tensor's whole storage."""
+    st = t.untyped_storage()
+    return st.data_ptr(), st.data_ptr() + st.nbytes()
+
+
+def _overlap(a, b) -> bool:
+    (a0, a1), (b0, b1) = a, b
+    return a0 < b1 and b0 < a1
+
+
+def _thread_workspaces():
+    from linattn_core.fast import workspace
+
+    return list(workspace._local.__dict__.get("workspaces", {}).values())
+
+
+@pytest.mark.parametrize("form", list(FORMS))
+def test_results_own_their_storage(form):
+    # 8 x 16384 x 64 float32: 32 MiB, as large as the bench's results at N = 16384
+    torch = pytest.importorskip("torch")
+    from linattn_core import fast, get_feature_map, native
+
+    if form == "kernel" and not native.available():
+        pytest.skip("no compiled kernel here")
+    q, k, v = (torch.randn(8, 16384, 64, generator=torch.Generator().manual_seed(s)) for s in range(3))
+    first = _call(form, q, k, v)
+    kept = first.clone()
+    second = _call(form, q * 0.5, k, v)
+    for out in (first, second):
+        st = out.untyped_storage()
+        assert st.nbytes() == out.numel() * out.element_size() and out.storage_offset() == 0
+        assert st.resizable() and type(st) is torch.UntypedStorage
+        for ws in _thread_workspaces():  # no internal buffer behind a result
+            assert not _overlap(_span(out), _span(ws))
+    assert not _overlap(_span(first), _span(second)), "a later call's result shares the first one's memory"
+    assert torch.equal(first, kept), "a later call changed an earlier result"
+    first.resize_(7)  # an ordinary tensor: the caller may even resize it
+    assert first.numel() == 7
+    # out and den come from separate allocations (den stays inside linear_attention)
+    with _switch(form):
+        out, den = fast.linear_attention(q, k, v, get_feature_map("elu+1"), causal=FORMS[form][0], eps=1e-6,
+                                         method="chunked", chunk_size=64)
+    assert not _overlap(_span(out), _span(den))
+
+
+@pytest.mark.parametrize("form", list(FORMS))
+def test_results_stay_valid_while_other_threads_call(form):
+    # each thread's scratch is its own, and results are not scratch: concurrent calls keep their answers
+    torch = pytest.importorskip("torch")
+    from concurrent.futures import ThreadPoolExecutor
+
+    inputs = [tuple(torch.randn(2, 700, 16, generator=torch.Generator().manual_seed(10 * i + s))
+                    for s in range(3)) for i in range(4)]
+    expected = [_call(form, *x) for x in inputs]
+    with ThreadPoolExecutor(4) as pool:
+        results = list(pool.map(lambda x: [_call(form, *x) for _ in range(3)], inputs))
+    for rs, e in zip(results, expected, strict=True):
+        assert all(torch.equal(r, e) for r in rs)
+    assert len({r.untyped_storage().data_ptr() for rs in results for r in rs}) == 12
+
+
+# --- the fast paths' scratch buffers: one kept workspace per thread (linattn_core.fast.workspace) ---
 @pytest.fixture
 def memory():
     pytest.importorskip("torch")
-    from linattn_core import _memory
+    from linattn_core.fast import workspace
 
-    _memory.release()
-    yield _memory
-    _memory.release()
-
-
-def big(memory, dtype="float32"):
-    """A shape just over the threshold, and a tensor of the dtype to copy."""
-    import torch
-
-    like = torch.empty(0, dtype=getattr(torch, dtype))
-    return (3, memory._FRESH_BYTES // like.element_size() // 3 // 64 + 1, 64), like
+    workspace.release()
+    yield workspace
+    workspace.release()
 
 
-@pytest.mark.parametrize("dtype", ["float32", "float64", "bfloat16"])
-def test_large_results_start_on_a_huge_page_and_hold_any_value(memory, dtype):
-    shape, like = big(memory, dtype)
-    out = memory.empty(shape, like)
-    assert tuple(out.shape) == shape and out.dtype == like.dtype and out.is_contiguous()
-    assert out.data_ptr() % memory._HUGE_PAGE == 0
-    out.fill_(2)
-    assert bool((out == 2).all())
-    small = memory.empty((4, 5), like)  # below the threshold: an ordinary tensor
-    assert small.storage_offset() == 0 and small.untyped_storage().nbytes() == 20 * like.element_size()
-
-
-def test_a_result_in_use_is_never_handed_out_again(memory):
-    # with two kept blocks, both in use, every new result must get a block of its own; a dropped one is
-    # reused, but never the block of a result that something still holds
-    shape, like = big(memory)
-    first = memory.empty(shape, like)
-    first.fill_(1)
-    keepers = {
-        "the tensor": lambda t: t,
-        "a view": lambda t: t[1:, ::2],
-        "its storage": lambda t: t.untyped_storage(),
-        "its .data": lambda t: t.data,
-        "a numpy array": lambda t: t.numpy(),
-    }
-    for what, keep in keepers.items():
-        result = memory.empty(shape, like)
-        result.fill_(2)
-        lo, hi = result.data_ptr(), result.data_ptr() + result.numel() * result.element_size()
-        held = keep(result)
-        del result
-        for _ in range(3):
-            other = memory.empty(shape, like)
-            assert not lo <= other.data_ptr() < hi, f"handed out again while {what} was held"
-            other.fill_(7)
-            del other
-        assert bool((torch_view(held) == 2).all()), f"overwritten while {what} was held"
-        del held
-    assert bool((first == 1).all()), "a live result was overwritten"
-
-
-def torch_view(held):
-    import torch
-
-    if isinstance(held, torch.UntypedStorage):
-        return torch.empty(0).set_(held)
-    return torch.as_tensor(held)
-
-
-def test_a_dropped_result_is_reused_and_the_kept_blocks_are_bounded(memory):
-    shape, like = big(memory)
-    ptr = memory.empty(shape, like).data_ptr()  # dropped at once
-    assert memory.empty(shape, like).data_ptr() == ptr
-    alive = [memory.empty(shape, like) for _ in range(5)]
-    assert len({t.data_ptr() for t in alive}) == 5
-    assert len(memory._blocks) == memory._KEEP
-    for i, t in enumerate(alive):
-        t.fill_(i)
-    assert all(bool((t == i).all()) for i, t in enumerate(alive))
-    # a free block three times larger than needed is not taken: it would hold memory for nothing
-    large = memory.empty((3 * memory._FRESH_BYTES // 4,), like)
-    ptr = large.data_ptr()
-    del large, alive
-    assert memory.empty((memory._FRESH_BYTES // 4,), like).data_ptr() != ptr
-
-
-def test_large_results_are_backed_by_huge_pages_where_the_kernel_allows(memory):
-    if _thp_mode() not in ("always", "madvise"):
-        pytest.skip(f"transparent huge pages here: {_thp_mode()}")
-    out = memory.empty(*big(memory))
-    out.fill_(1)  # the first touch maps the pages
-    assert _anon_huge_bytes(out.data_ptr()) >= memory._HUGE_PAGE
-
-
-def test_blocks_are_not_reused_where_maps_cannot_be_resized(memory, monkeypatch):
-    monkeypatch.setattr(memory, "_is_free", lambda block: False)
-    shape, like = big(memory)
-    ptrs = [memory.empty(shape, like).data_ptr() for _ in range(2)]
-    assert len(memory._blocks) <= memory._KEEP and ptrs[0] != ptrs[1]
-
-
-def test_threads_never_share_a_result(memory):
-    from concurrent.futures import ThreadPoolExecutor
-
-    shape, like = big(memory)
-
-    def work(i):
-        out = memory.empty(shape, like)
-        out.fill_(i)
-        return out
-
-    with ThreadPoolExecutor(4) as pool:
-        outs = list(pool.map(work, range(8)))
-    assert len({t.data_ptr() for t in outs}) == 8
-    assert all(bool((t == i).all()) for i, t in enumerate(outs))
-
-
-@pytest.mark.parametrize("causal", [False, True], ids=["noncausal", "causal"])
-def test_fast_path_results_in_kept_blocks_equal_the_reference(memory, causal):
-    # outputs over the 32 MiB threshold (64 x 2048 x 64 float32): the second call reuses no block
-    # while the first result is alive, and both equal the float64 reference
-    import torch
-    from _tolerances import assert_close
-
-    rng = np.random.default_rng(7)
-    results = []
-    for seed in (7, 8):
-        rng = np.random.default_rng(seed)
-        q, k = rng.standard_normal((2, 64, 2048, 8)) * 0.5
-        v = rng.standard_normal((64, 2048, 64))
-        tq, tk, tv = (torch.from_numpy(x.astype(np.float32)) for x in (q, k, v))
-        assert tv.numel() * 4 >= memory._FRESH_BYTES
-        with torch.no_grad():
-            out = linear_attention(tq, tk, tv, causal=causal, method="chunked")
-        expected = linear_attention(*(x.numpy().astype(np.float64) for x in (tq, tk, tv)), causal=causal,
-                                    method="chunked")
-        results.append((out, expected))
-    assert results[0][0].data_ptr() != results[1][0].data_ptr()
-    for out, expected in results:
-        assert_close(out, expected, what=f"fast path, 32 MiB output, causal={causal}")
-
-
-@pytest.mark.skipif(not hasattr(__import__("os"), "fork"), reason="needs os.fork")
-def test_a_forked_child_writes_its_own_copy_of_a_result(memory):
-    # private memory, like malloc's: a child (a DataLoader worker, say) cannot change the parent's result
-    import os
-
-    out = memory.empty(*big(memory))
-    out.fill_(1)
-    pid = os.fork()
-    if pid == 0:  # the child: numpy only (OpenMP is not safe after fork), then leave at once
-        out.numpy()[:] = 5
-        os._exit(0)
-    os.waitpid(pid, 0)
-    assert bool((out == 1).all())
-
-
-# --- the fast paths' block buffers: one kept workspace per thread (linattn_core._memory.scratch) ----
 def test_scratch_buffers_are_consecutive_and_kept_between_calls(memory):
     import torch
 
@@ -339,27 +255,28 @@ def test_scratch_does_not_keep_a_huge_workspace(memory):
 
     like = torch.empty(0)
     small = memory.scratch(like, w=(16,))["w"].data_ptr()
-    huge = memory.scratch(like, w=(memory._SCRATCH_MAX_BYTES // 4 + 1,))["w"]
+    huge = memory.scratch(like, w=(memory._MAX_KEPT_BYTES // 4 + 1,))["w"]
     assert huge.data_ptr() != small
     del huge
     assert memory.scratch(like, w=(16,))["w"].data_ptr() == small  # the kept workspace is still the small one
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads the fault counter of getrusage")
-@pytest.mark.parametrize("causal", [False, True], ids=["noncausal", "causal"])
-def test_repeated_fast_path_calls_fault_in_no_fresh_memory(memory, causal):
-    # the buffers and the 32 MiB result are kept from the first call: the next calls touch no new page
+@pytest.mark.parametrize("form", list(FORMS))
+def test_repeated_calls_fault_in_no_fresh_scratch(memory, form):
+    # the scratch buffers are kept from the first call; the result is fresh each time and may cost its
+    # own pages (8,192 for 32 MiB when glibc maps it afresh), but nothing else may: fresh buffers alone
+    # cost 245 (non-causal) to 512 (causal) faults per call
     import resource
 
     import torch
 
     q, k, v = (torch.randn(1, 8, 16384, 64) for _ in range(3))
+    result_pages = q.numel() * 4 // resource.getpagesize()
     for _ in range(2):  # warm-up; then the measured calls
-        linear_attention(q, k, v, causal=causal, method="chunked")
+        _call(form, q, k, v)
     before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
     for _ in range(3):
-        linear_attention(q, k, v, causal=causal, method="chunked")
+        _call(form, q, k, v)
     faults = (resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before) / 3
-    # kept memory: none measured here; fresh buffers alone cost 245 (non-causal) and 512 (causal) per
-    # call, and a fresh 32 MiB result 8,192
-    assert faults < 50, f"{faults:.0f} page faults per call"
+    assert faults < result_pages + 50, f"{faults:.0f} page faults per call ({result_pages} for the result)"

@@ -1,9 +1,10 @@
-"""The compiled chunked kernel (linattn_core/_chunked.c) against the float64 references.
+"""The compiled chunked kernel (linattn_core/fast/_chunked.c) against the float64 references.
 
 Every instruction set this CPU runs, each feature map the kernel has, lengths and chunk sizes that do
 not divide each other, widths that are not a multiple of the vector length, one to many sequences
 and threads (fewer sequences than threads splits each sequence into segments), hypothesis for the
-shapes; then how linear_attention chooses it, and every bad argument of the checked call.
+shapes; then how linear_attention chooses it (the speed tier's one decision, ``fast.which``), every bad
+argument of the checked call, and the public ``native`` module that the chapters use.
 Test ids read like the rest of the suite's: ``avx512-elu+1-B3-T65-D17x5-C7-t2``.
 """
 
@@ -18,8 +19,8 @@ from _tolerances import assert_close
 from hypothesis import given
 from hypothesis import strategies as st
 
-from linattn_core import get_feature_map, kernel_attention, linear_attention, native
-from linattn_core import linear as linear_module
+from linattn_core import fast, get_feature_map, kernel_attention, linear_attention, native
+from linattn_core.fast import kernel
 
 torch = pytest.importorskip("torch")
 
@@ -42,7 +43,7 @@ def test_the_kernel_is_built_where_make_test_requires_it():
     # make test sets LINATTN_REQUIRE_KERNEL=1: there a missing kernel is a failure, not a silent skip
     if os.environ.get("LINATTN_REQUIRE_KERNEL") != "1":
         pytest.skip("LINATTN_REQUIRE_KERNEL is not set")
-    assert native._chunked is not None, "linattn_core._chunked was not built: is gcc installed?"
+    assert kernel._chunked is not None, "linattn_core.fast._chunked was not built: is gcc installed?"
     flags = _cpu_flags()
     if platform.machine() in ("x86_64", "AMD64") and {"avx2", "fma"} <= flags:
         assert "avx2" in ISAS, f"the CPU has AVX2 but the kernel reports {ISAS}"
@@ -163,8 +164,8 @@ def test_python_threads_calling_at_once_get_their_own_results():
 @needs_kernel
 def test_the_environment_picks_an_instruction_set(monkeypatch):
     calls = []
-    real = native._chunked.forward
-    monkeypatch.setattr(native._chunked, "forward", lambda *a: calls.append(a[13]) or real(*a))
+    real = kernel._chunked.forward
+    monkeypatch.setattr(kernel._chunked, "forward", lambda *a: calls.append(a[13]) or real(*a))
     q, k, v = qkv(1, 50, 8, 8, seed=10, map_name="relu")
     for value, isa in [(ISAS[-1], ISAS[-1]), ("1", None), ("no-such-isa", None)]:
         monkeypatch.setenv("LINATTN_NATIVE", value)
@@ -232,13 +233,13 @@ def test_any_shape_equals_the_reference(nb, n, d, d_v, C, threads, map_name, isa
 # --- how linear_attention chooses the kernel -------------------------------------------------------
 def _spy(monkeypatch) -> list:
     calls = []
-    real = native.chunked
+    real = kernel.chunked
 
     def spy(*args, **kwargs):
         calls.append(args[3])
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(native, "chunked", spy)
+    monkeypatch.setattr(kernel, "chunked", spy)
     return calls
 
 
@@ -310,7 +311,7 @@ def test_torch_fast_path_in_float32_still_equals_the_reference(monkeypatch):
     # be right, since machines without the kernel use it
     monkeypatch.setenv("LINATTN_NATIVE", "0")
     q, k, v = qkv(3, 1000, 16, 16, seed=8, map_name="elu+1")
-    assert linear_module._use_fast_path(q, k, v, True, "chunked", get_feature_map("elu+1"))
+    assert fast.which(q, k, v, get_feature_map("elu+1"), causal=True, method="chunked") == "torch"
     with torch.no_grad():
         out = linear_attention(q, k, v, causal=True, method="chunked", chunk_size=48)
     expected = kernel_attention(q.double(), k.double(), v.double(), causal=True)
@@ -323,9 +324,6 @@ def test_subclassed_feature_maps_do_not_use_the_kernel():
     class Shifted(type(get_feature_map("elu+1"))):
         def __call__(self, x, *, offset=0):
             return super().__call__(x) + 1
-
-        def into(self, x, out, tmp):
-            return out.copy_(self(x))
 
     assert not native.supports(torch.zeros(1), Shifted())
     assert native.supports(torch.zeros(1), get_feature_map("elu+1"))
@@ -388,16 +386,51 @@ def test_the_compiled_function_checks_its_sizes_too():
     # instruction set or a short workspace is a ValueError there
     a = _good()
     ptrs = [a[name].data_ptr() for name in ("Q", "K", "V", "out", "den")]
-    floats = native._chunked.workspace(2, 10, 4, 3, 4, 1, None)
+    floats = kernel._chunked.workspace(2, 10, 4, 3, 4, 1, None)
     ws = torch.empty(floats)
     good = (2, 10, 4, 3, 4, 1, 1e-6, 1, None, ws.data_ptr(), floats)
-    native._chunked.forward(*ptrs, *good)
+    kernel._chunked.forward(*ptrs, *good)
     assert_close(a["out"], reference(a["Q"], a["K"], a["V"], "relu")[0], what="direct call")
     for i, bad, match in [(1, 0, "bad sizes"), (7, 0, "bad sizes"), (5, 7, "feature map code 7"),
                           (8, "sse2", "not available"), (10, floats - 1, "the workspace holds")]:
         args = list(good)
         args[i] = bad
         with pytest.raises(ValueError, match=match):
-            native._chunked.forward(*ptrs, *args)
+            kernel._chunked.forward(*ptrs, *args)
     with pytest.raises(ValueError, match="bad sizes"):
-        native._chunked.workspace(2, 10, 0, 3, 4, 1, None)
+        kernel._chunked.workspace(2, 10, 0, 3, 4, 1, None)
+
+
+@needs_kernel
+def test_subclassed_feature_maps_run_the_torch_forms_and_their_own_formula():
+    class Shifted(type(get_feature_map("elu+1"))):
+        def __call__(self, x, *, offset=0):
+            return super().__call__(x) + 1
+
+    q, k, v = qkv(2, 600, 8, 8, seed=11, map_name="elu+1")
+    phi = Shifted()
+    assert fast.which(q, k, v, phi, causal=True, method="chunked") == "torch"
+    out = linear_attention(q, k, v, phi, causal=True, method="chunked")
+    expected = kernel_attention(q.double(), k.double(), v.double(), phi, causal=True)
+    assert_close(out, expected, dtype=torch.float32, what="a subclass of elu+1 through the torch forms")
+
+
+# --- the public module: linattn_core.native ----------------------------------------------------------
+def test_native_is_the_public_face_of_the_kernel_loader():
+    for name in native.__all__:
+        assert getattr(native, name) is getattr(kernel, name), name
+
+
+@pytest.mark.parametrize("filename", ["_chunked.c", "_chunked_body.h"])
+def test_source_returns_the_kernel_files_as_shipped(filename):
+    from pathlib import Path
+
+    text = native.source(filename)
+    assert text == (Path(kernel.__file__).parent / filename).read_text(encoding="utf-8")
+    assert ("PyInit__chunked" in text) == (filename == "_chunked.c")
+    assert "static void FN(scores)" in native.source()  # the body is the default
+
+
+def test_source_names_a_bad_filename():
+    with pytest.raises(ValueError, match="filename must be one of"):
+        native.source("../setup.py")

@@ -1,4 +1,4 @@
-/* linattn_core._chunked: causal linear attention, the chunked form, fused into one pass (float32, CPU).
+/* linattn_core.fast._chunked: causal linear attention, the chunked form, fused into one pass (float32, CPU).
  *
  * The same algorithm as linear.causal_chunked, arranged so that each chunk lives in the core's cache:
  * for every chunk of C tokens of a sequence, phi(Q_c) and phi(K_c) are computed into small buffers,
@@ -12,7 +12,7 @@
  * segment's state S, z (that part of the work twice), prefix sums give every segment the state it
  * starts from, and a second pass computes the outputs of all segments at once.
  *
- * Python calls this through linattn_core.native, which checks the tensors first: the functions below
+ * Python calls this through linattn_core.fast.kernel, which checks the tensors first: the functions below
  * check sizes, but trust the addresses and contiguity they are given. All memory, the threads'
  * buffers included, comes from a workspace the caller keeps between calls (a call allocates nothing
  * that it would have to fault in again).
@@ -310,7 +310,7 @@ static PyMethodDef methods[] = {
      "workspace(nb, n, d, dv, C, threads, isa) -> the float32 workspace forward needs, in floats."},
     {"forward", py_forward, METH_VARARGS,
      "forward(q, k, v, out, den, nb, n, d, dv, C, phi, eps, threads, isa, workspace, workspace_floats):\n"
-     "addresses of contiguous float32 buffers; writes out and den. Call it through linattn_core.native,\n"
+     "addresses of contiguous float32 buffers; writes out and den. Call it through linattn_core.fast.kernel,\n"
      "which checks the tensors behind the addresses."},
     {NULL, NULL, 0, NULL},
 };
