@@ -1,0 +1,82 @@
+"""The speed tier: the maths of ``linattn_core.linear``, arranged to run fast on a CPU.
+
+``linear.linear_attention`` hands every call to :func:`linear_attention` here first; it returns None
+where this tier does not apply, and the readable reference forms run instead. Which implementation
+runs is decided in one place, :func:`which`:
+
+- ``"kernel"``: the compiled chunked kernel (:mod:`.kernel`, ``_chunked.c``), for causal chunked
+  attention on CPU float32 torch tensors with ``identity``, ``relu`` or ``elu+1`` (or features
+  computed first, for the other maps), at any length;
+- ``"torch"``: the same algorithms as torch ops into reused buffers (:mod:`.torch_cpu`), for CPU
+  torch tensors with an elementwise feature map (or causal features computed first) from
+  ``_FAST_MIN_N`` tokens on;
+- ``None``: everything else. numpy arrays; GPUs, where the batched reference forms keep the device
+  busy; the recurrent and cumsum forms, which the reader asked for by name; and inputs that need
+  gradients, since the fast forms write into buffers in place. A backward pass of its own would be
+  chosen here too, as one more branch of :func:`which`.
+
+Results are ordinary tensors owned by the caller; only internal scratch buffers are kept between calls
+(:mod:`.workspace`). This package imports from the teaching tier only ``_backend`` and the feature-map
+classes, and nothing imports it but ``linear`` and the public ``native`` module.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .. import _backend as B
+from ..feature_maps import FeatureMap, Identity
+from . import kernel, torch_cpu
+from .workspace import release
+
+__all__ = ["linear_attention", "release", "which"]
+
+_FAST_MIN_N = 512  # the torch ops pay off from here; the compiled kernel at any length
+
+
+def which(q: Any, k: Any, v: Any, phi: FeatureMap, *, causal: bool, method: str) -> str | None:
+    """The one decision: ``"kernel"``, ``"torch"`` or None (the reference forms of ``linear.py`` run).
+
+    q: (..., N_q, d), k: (..., N_k, d), v: (..., N_k, d_v), already checked; ``method`` is resolved
+    (not ``"auto"``) and only read when ``causal``.
+    """
+    if not B.is_torch(q) or q.device.type != "cpu":
+        return None
+    if causal and method != "chunked":
+        return None
+    torch = B.torch_module()
+    if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
+        return None
+    if causal:
+        runs = phi if phi.elementwise else Identity()  # other maps: their features are computed first
+        if kernel.supports(q, runs):
+            return "kernel"
+        return "torch" if int(q.shape[-2]) >= _FAST_MIN_N else None
+    return "torch" if phi.elementwise and int(k.shape[-2]) >= _FAST_MIN_N else None
+
+
+def linear_attention(q: Any, k: Any, v: Any, phi: FeatureMap, *, causal: bool, eps: float, method: str,
+                     chunk_size: int) -> tuple[Any, Any] | None:
+    """``(out, den)`` as the reference forms give them, or None where this tier does not apply.
+
+    q: (..., N_q, d), k: (..., N_k, d), v: (..., N_k, d_v) -> out (..., N_q, d_v), den (..., N_q).
+    The arguments are the checked ones of ``linear.linear_attention`` (``method`` resolved).
+    """
+    form = which(q, k, v, phi, causal=causal, method=method)
+    if form is None:
+        return None
+    torch = B.torch_module()
+    lead, n_q, d_v = tuple(q.shape[:-2]), int(q.shape[-2]), int(v.shape[-1])
+    with torch.no_grad():
+        if causal and not phi.elementwise:
+            q, k = phi.pair(q, k, causal=True)  # (..., N, d_phi): Performer, cosFormer
+            phi = Identity()
+        Q, K, V = (x.reshape((-1, *x.shape[-2:])).contiguous() for x in (q, k, v))  # (B, N, .)
+        if not causal:
+            out, den = torch_cpu.noncausal(Q, K, V, phi, eps)
+        elif form == "kernel":
+            out, den = Q.new_empty((*Q.shape[:2], d_v)), Q.new_empty(tuple(Q.shape[:2]))
+            kernel.chunked(Q, K, V, phi, eps, min(chunk_size, n_q), out, den)
+        else:
+            out, den = torch_cpu.chunked(Q, K, V, phi, eps, min(chunk_size, n_q))
+    return out.reshape(lead + (n_q, d_v)), den.reshape(lead + (n_q,))

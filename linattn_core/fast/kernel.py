@@ -1,0 +1,153 @@
+"""The compiled chunked kernel (``_chunked.c``): whether it is here, what it takes, and the checked call.
+
+Causal ``linear_attention`` with ``method="chunked"`` (or ``"auto"``) on CPU torch float32 tensors,
+without autograd and with the feature map ``identity``, ``relu`` or ``elu+1`` (or features computed
+beforehand, as for Performer and cosFormer), runs the fused kernel of ``_chunked.c``: the chunkwise
+form of :func:`linattn_core.linear.causal_chunked`, done one chunk at a time in the core's cache, in
+one pass over q, k and v. Everything else, and every machine where the kernel was not built, uses
+the torch forms (:mod:`.torch_cpu`, or the references in ``linear.py``); all are tested against the
+same float64 references. :mod:`linattn_core.native` is this module's public face.
+
+The kernel is a CPython extension that ``pip install`` builds (``setup.py``; optional, so that a
+machine without a C compiler still installs the package). It has code for AVX-512 and for AVX2 and
+uses the best one the CPU runs. To time the torch forms instead, use :func:`switched_off` or set
+``LINATTN_NATIVE=0``; ``LINATTN_NATIVE=avx2`` picks that instruction set (to see what a CPU without
+AVX-512 would run).
+
+>>> from linattn_core import native
+>>> native.isas()          # doctest: +SKIP
+('avx512', 'avx2')
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from .. import _backend as B
+from ..feature_maps import EluPlusOne, FeatureMap, Identity, ReLU
+from . import workspace
+
+try:
+    from . import _chunked
+except ImportError:  # not built here (no compiler when installed): the torch forms are used
+    _chunked = None
+
+__all__ = ["available", "chunked", "default_isa", "isas", "source", "supports", "switched_off"]
+
+_SOURCES = ("_chunked.c", "_chunked_body.h")  # the kernel's C files, shipped with the package
+
+_off = 0  # depth of switched_off() blocks
+
+
+_ISAS: tuple[str, ...] = tuple(_chunked.isas()) if _chunked is not None else ()  # the CPU stays the same
+
+
+def isas() -> tuple[str, ...]:
+    """The instruction sets the compiled kernel can use on this CPU, best first (empty: no kernel)."""
+    return _ISAS
+
+
+def default_isa() -> str | None:
+    """The instruction set a call uses by default: ``LINATTN_NATIVE`` when it names one of :func:`isas`,
+    else the best of them (None when there is no kernel or it is switched off)."""
+    return (_env_isa() or _ISAS[0]) if available() else None
+
+
+def _env_isa() -> str | None:
+    wanted = os.environ.get("LINATTN_NATIVE", "")
+    return wanted if wanted in _ISAS else None
+
+
+def source(filename: str = "_chunked_body.h") -> str:
+    """The text of one of the kernel's C files (``"_chunked.c"`` or ``"_chunked_body.h"``), as shipped."""
+    if filename not in _SOURCES:
+        raise ValueError(f"filename must be one of {_SOURCES}, got {filename!r}")
+    return (Path(__file__).parent / filename).read_text(encoding="utf-8")
+
+
+def available() -> bool:
+    """True when the compiled kernel is built, runs on this CPU and is not switched off."""
+    return bool(isas()) and not _off and os.environ.get("LINATTN_NATIVE", "1") != "0"
+
+
+@contextlib.contextmanager
+def switched_off() -> Iterator[None]:
+    """Within this block ``linear_attention`` uses its torch forms, e.g. to time them against the kernel.
+
+    It is one switch for the whole process (not per thread), like ``LINATTN_NATIVE=0``.
+    """
+    global _off
+    _off += 1
+    try:
+        yield
+    finally:
+        _off -= 1
+
+
+# exact types: a subclass may change the formula
+_PHI_CODES = {} if _chunked is None else {
+    Identity: _chunked.PHI_IDENTITY, ReLU: _chunked.PHI_RELU, EluPlusOne: _chunked.PHI_ELU1}
+
+
+def _phi_code(phi: FeatureMap) -> int | None:
+    return _PHI_CODES.get(type(phi))
+
+
+def supports(x: Any, phi: FeatureMap) -> bool:
+    """Would :func:`chunked` take a CPU torch tensor like ``x`` with the feature map ``phi``?"""
+    if not available() or _phi_code(phi) is None:
+        return False
+    torch = B.torch_module()
+    return B.is_torch(x) and x.device.type == "cpu" and x.dtype == torch.float32
+
+
+def chunked(Q: Any, K: Any, V: Any, phi: FeatureMap, eps: float, C: int, out: Any, den: Any, *,
+            threads: int | None = None, isa: str | None = None) -> None:
+    """Causal chunked linear attention into ``out`` and ``den`` (the unclamped denominators).
+
+    Q, K: (B, N, d), V: (B, N, d_v), out: (B, N, d_v), den: (B, N); contiguous CPU float32 tensors.
+    ``threads`` defaults to ``torch.get_num_threads()``; ``isa`` (``"avx512"``, ``"avx2"``) to
+    :func:`default_isa`. The arguments are checked here, since the compiled code trusts them.
+    """
+    torch = B.torch_module()
+    if _chunked is None:
+        raise RuntimeError("linattn_core.fast._chunked was not built: reinstall with a C compiler (gcc)")
+    code = _phi_code(phi)
+    if code is None:
+        raise ValueError(f"the compiled kernel has no feature map {phi!r}: use identity, relu or elu+1")
+    tensors = {"Q": Q, "K": K, "V": V, "out": out, "den": den}
+    for name, t in tensors.items():
+        if not B.is_torch(t) or t.device.type != "cpu" or t.dtype != torch.float32:
+            raise TypeError(f"{name} must be a CPU float32 torch tensor, got {B._describe(t)}"
+                            f"{' on ' + str(t.device) if B.is_torch(t) else ''}")
+        if not t.is_contiguous():
+            raise ValueError(f"{name} must be contiguous (shape {B.shape_str(t)}, strides {t.stride()})")
+    if Q.ndim != 3 or K.ndim != 3 or V.ndim != 3:
+        raise ValueError(f"Q, K, V must be (B, N, d), (B, N, d), (B, N, d_v); got {B.shape_str(Q)}, "
+                         f"{B.shape_str(K)}, {B.shape_str(V)}")
+    nb, n, d = (int(s) for s in Q.shape)
+    d_v = int(V.shape[-1])
+    want = {"K": (nb, n, d), "V": (nb, n, d_v), "out": (nb, n, d_v), "den": (nb, n)}
+    for name, shape in want.items():
+        if tuple(tensors[name].shape) != shape:
+            raise ValueError(f"{name} must have shape {shape} for Q of shape {B.shape_str(Q)} and V of "
+                             f"shape {B.shape_str(V)}, got {B.shape_str(tensors[name])}")
+    if min(nb, n, d, d_v) < 1:
+        raise ValueError(f"empty input: Q {B.shape_str(Q)}, V {B.shape_str(V)}")
+    C = B.check_positive_int(C, "chunk_size")
+    eps = B.check_eps(eps)
+    threads = B.check_positive_int(torch.get_num_threads() if threads is None else threads, "threads")
+    if isa is None:  # LINATTN_NATIVE's choice; without one the compiled code takes the best
+        isa = _env_isa()
+    if isa is not None and isa not in _ISAS:
+        raise ValueError(f"isa must be one of {_ISAS} on this CPU, got {isa!r}")
+    threads = min(threads, 64)
+    # every buffer of the call, its threads' included, lives in this thread's kept workspace
+    floats = _chunked.workspace(nb, n, d, d_v, C, threads, isa)
+    ws = workspace.scratch(Q, ws=(floats,))["ws"]
+    _chunked.forward(Q.data_ptr(), K.data_ptr(), V.data_ptr(), out.data_ptr(), den.data_ptr(),
+                     nb, n, d, d_v, C, code, eps, threads, isa, ws.data_ptr(), floats)
