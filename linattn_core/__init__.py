@@ -21,6 +21,7 @@ from .feature_maps import (
     Identity,
     Performer,
     ReLU,
+    ReLUPlusOne,
     Softplus,
     get_feature_map,
 )
@@ -41,6 +42,7 @@ __all__ = [
     "LinearAttentionState",
     "Performer",
     "ReLU",
+    "ReLUPlusOne",
     "Softplus",
     "__version__",
     "get_feature_map",

@@ -20,6 +20,7 @@ symbol    meaning
 
 from __future__ import annotations
 
+import math
 import sys
 from dataclasses import dataclass
 from typing import Any
@@ -188,9 +189,21 @@ def check_flag(value: Any, name: str) -> bool:
 
 
 def check_positive_int(value: Any, name: str) -> int:
+    """Sizes, counts and seeds-like options: a real integer >= 1 (``True`` and ``2.0`` are not)."""
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
         raise ValueError(f"{name} must be a positive integer, got {value!r}")
     return int(value)
+
+
+def check_scale(scale: Any, d: int) -> float:
+    """The score scale of softmax attention: ``1 / sqrt(d)`` when ``None``, else a finite number."""
+    if scale is None:
+        return 1.0 / math.sqrt(d)
+    if isinstance(scale, bool) or not isinstance(scale, (int, float, np.integer, np.floating)):
+        raise ValueError(f"scale must be a finite number or None, got {scale!r}")
+    if not math.isfinite(scale):
+        raise ValueError(f"scale must be a finite number or None, got {scale!r}")
+    return float(scale)
 
 
 # --- small array helpers with one spelling for both backends --------------------------------------

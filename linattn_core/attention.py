@@ -64,7 +64,7 @@ def softmax_attention(
     # q: (..., N_q, d), k: (..., N_k, d), v: (..., N_k, d_v)
     be = B.check_qkv(q, k, v, causal=B.check_flag(causal, "causal"))
     B.check_flag(return_weights, "return_weights")
-    scale = _check_scale(scale, int(q.shape[-1]))
+    scale = B.check_scale(scale, int(q.shape[-1]))
     q, k, v = (be.to_compute(x) for x in (q, k, v))
     scores = (q @ B.swap_last(k)) * scale  # (..., N_q, N_k)
     if causal:
@@ -77,12 +77,7 @@ def softmax_attention(
     return (out, be.to_output(weights)) if return_weights else out
 
 
-def _check_scale(scale: Any, d: int) -> float:
-    if scale is None:
-        return 1.0 / math.sqrt(d)
-    if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not math.isfinite(scale):
-        raise ValueError(f"scale must be a finite number or None, got {scale!r}")
-    return float(scale)
+_check_scale = B.check_scale  # the one scale check (KVCache uses it too)
 
 
 def normalise(num: Any, den: Any, eps: float) -> Any:

@@ -8,6 +8,7 @@ name                  ``d_phi``   features
 ``"identity"``        ``d``       ``x`` (not positive: denominators can be <= 0)
 ``"elu+1"``           ``d``       ``elu(x) + 1`` (strictly positive; Katharopoulos et al.)
 ``"relu"``            ``d``       ``max(x, 0)`` (non-negative; a row can be all zeros)
+``"relu+1"``          ``d``       ``max(x, 0) + 1`` (strictly positive)
 ``"softplus"``        ``d``       ``log(1 + exp(x))`` (strictly positive)
 ``"performer"``       ``m``       FAVOR+ positive random features (Choromanski et al.)
 ``"cosformer"``       ``2 d``     ReLU features re-weighted by ``cos``/``sin`` of the position
@@ -16,12 +17,16 @@ name                  ``d_phi``   features
 Attention functions ask a map for *both* sides at once with :meth:`FeatureMap.pair`, because two maps
 need more than ``x``: cosFormer needs token positions, and the stabilised Performer subtracts
 different constants from queries and keys (constants that cancel in the normalised output).
-Any plain callable ``phi(x)`` works too; it is used for queries and keys alike.
+A streaming state asks for one token at a time, at its position: :meth:`FeatureMap.queries`,
+:meth:`FeatureMap.running_keys`. Any plain callable ``phi(x)`` works too; it is used for queries and
+keys alike. The Performer lives in :mod:`linattn_core.performer`.
+
+:func:`as_feature_map` is the one resolver of ``feature_map=`` arguments: every function that takes
+one, and the book's tools, call it.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from typing import Any
 
@@ -38,14 +43,10 @@ __all__ = [
     "Identity",
     "Performer",
     "ReLU",
+    "ReLUPlusOne",
     "Softplus",
     "get_feature_map",
 ]
-
-# exp() of a stabiliser shift is clipped here so that float32 products stay finite (e^40 ~ 2e17).
-_MAX_SHIFT = 40.0
-_LOG2E = 1.0 / math.log(2.0)
-
 
 class FeatureMap:
     """Base class: ``phi(x: (..., N, d)) -> (..., N, d_phi)``.
@@ -80,14 +81,6 @@ class FeatureMap:
         """``d_phi`` for inputs of dimension ``d``."""
         return self.d_phi if self.d_phi is not None else d
 
-    def into(self, x: Any, out: Any, tmp: Any) -> Any:
-        """Write ``phi(x)`` into ``out`` (torch, no autograd); ``tmp``, shaped like ``x``, is scratch.
-
-        The CPU fast path calls this on a block of tokens at a time. Maps that can, override it so
-        that no block-sized temporary is allocated (fresh memory costs page faults every block).
-        """
-        return out.copy_(self(x))
-
     def check_input_dim(self, d: int) -> None:
         """Raise ``ValueError`` when this map cannot take inputs whose last dim is ``d``."""
 
@@ -96,7 +89,29 @@ class FeatureMap:
 
         q: (..., N_q, d), k: (..., N_k, d) -> (..., N_q, d_phi), (..., N_k, d_phi).
         """
-        return self(q), self(k)
+        return self.queries(q), self.keys(k)
+
+    def queries(self, x: Any, *, offset: int = 0) -> Any:
+        """Query features of tokens at positions ``offset .. offset + N - 1``: (..., N, d_phi)."""
+        return self(x, offset=offset)
+
+    def keys(self, x: Any, *, offset: int = 0) -> Any:
+        """Key features of tokens at positions ``offset .. offset + N - 1``: (..., N, d_phi)."""
+        return self(x, offset=offset)
+
+    def running_keys(self, x: Any, shift: Any, *, offset: int = 0) -> tuple[Any, Any, Any]:
+        """Key features for a running sum ``S, z`` that grows one block of tokens at a time.
+
+        ``shift`` is what the map's stabiliser has seen so far, one number per batch entry (``-inf``
+        before the first key). Returns ``(features, shift, rescale)``: the features (..., N, d_phi)
+        in the units of the new ``shift``, and the factor (per batch entry) by which the sums built
+        so far must be multiplied to be in those units, or ``None`` when they need none (every map
+        but the stabilised Performer).
+        """
+        return self.keys(x, offset=offset), shift, None
+
+    def check_streamable(self) -> None:
+        """Raise ``ValueError`` when a streaming state cannot use this map (it needs to know more)."""
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}()"
@@ -112,9 +127,6 @@ class Identity(FeatureMap):
         # x: (..., N, d) -> (..., N, d)
         return x
 
-    def into(self, x: Any, out: Any, tmp: Any) -> Any:
-        return out.copy_(x)
-
 
 class EluPlusOne(FeatureMap):
     """``phi(x) = elu(x) + 1``: ``x + 1`` for ``x > 0``, ``exp(x)`` otherwise; always > 0."""
@@ -125,25 +137,12 @@ class EluPlusOne(FeatureMap):
 
     def __call__(self, x: Any, *, offset: int = 0) -> Any:
         # x: (..., N, d) -> (..., N, d)
+        # exp(min(x, 0)) so the unused branch cannot overflow (and not elu(x) + 1, whose -1 + 1 rounds
+        # the features of very negative x to 0)
         if B.is_torch(x):
             torch = B.torch_module()
-            if torch.is_grad_enabled() and x.requires_grad:
-                return torch.nn.functional.elu(x) + 1
-            return self.into(x, torch.empty_like(x), torch.empty_like(x))
-        # exp(min(x, 0)) so the unused branch cannot overflow
+            return torch.where(x > 0, x + 1, torch.exp(torch.clamp(x, max=0)))
         return np.where(x > 0, x + 1, np.exp(np.minimum(x, 0)))
-
-    def into(self, x: Any, out: Any, tmp: Any) -> Any:
-        # exp(min(x, 0)) + max(x, 0): the same function as elu(x) + 1. The exp is taken as
-        # exp2(log2(e) * min(x, 0)): on CPUs exp2 runs about 1.7x faster than exp (and 3x faster than
-        # the expm1 inside elu), and this map is a visible part of the cost of linear attention.
-        # (Half precision keeps exp: there the rounding of log2(e) * x would cost visible accuracy.)
-        torch = B.torch_module()
-        if x.dtype in (torch.float32, torch.float64):
-            torch.clamp(x, max=0, out=out).mul_(_LOG2E).exp2_()
-        else:
-            torch.clamp(x, max=0, out=out).exp_()
-        return out.add_(torch.clamp(x, min=0, out=tmp))
 
 
 class ReLU(FeatureMap):
@@ -158,12 +157,26 @@ class ReLU(FeatureMap):
             return B.torch_module().relu(x)
         return np.maximum(x, 0)
 
-    def into(self, x: Any, out: Any, tmp: Any) -> Any:
-        return B.torch_module().clamp(x, min=0, out=out)
+
+class ReLUPlusOne(FeatureMap):
+    """``phi(x) = max(x, 0) + 1``: ReLU shifted so that every feature, hence every denominator, is > 0."""
+
+    name = "relu+1"
+    elementwise = True
+    positive = True
+
+    def __call__(self, x: Any, *, offset: int = 0) -> Any:
+        # x: (..., N, d) -> (..., N, d)
+        return ReLU()(x) + 1
 
 
 class Softplus(FeatureMap):
-    """``phi(x) = log(1 + exp(x))``, computed without overflow; always > 0 (until it underflows)."""
+    """``phi(x) = log(1 + exp(x))``, computed without overflow; always > 0 (until it underflows).
+
+    Both backends use ``logaddexp(x, 0) = max(x, 0) + log1p(exp(-|x|))``, so numpy and torch give the
+    same values to rounding at every ``x`` (torch's own ``softplus`` returns ``x`` itself above 20),
+    and the gradient is ``sigmoid(x)`` everywhere.
+    """
 
     name = "softplus"
     elementwise = True
@@ -172,196 +185,8 @@ class Softplus(FeatureMap):
     def __call__(self, x: Any, *, offset: int = 0) -> Any:
         # x: (..., N, d) -> (..., N, d)
         if B.is_torch(x):
-            return B.torch_module().nn.functional.softplus(x)
+            return B.torch_module().logaddexp(x, x.new_zeros(()))
         return np.logaddexp(0, x)
-
-
-def draw_projection(m: int, d: int, seed: int | None, orthogonal: bool = True) -> np.ndarray:
-    """The Performer's random matrix ``W: (m, d)``, drawn with numpy (the same for numpy and torch).
-
-    Orthogonal: stacked ``d x d`` blocks whose rows are orthonormal (QR of a Gaussian matrix with the
-    signs of ``diag(R)`` folded into ``Q``, which makes ``Q`` uniformly distributed), then each row
-    rescaled to a length drawn from chi(d), so each row has the marginal law of a Gaussian vector.
-    Otherwise: i.i.d. standard normal rows.
-    """
-    rng = np.random.default_rng(seed)
-    if not orthogonal:
-        return rng.standard_normal((m, d))
-    blocks = []
-    for _ in range(-(-m // d)):
-        Q, R = np.linalg.qr(rng.standard_normal((d, d)))
-        signs = np.where(np.diag(R) >= 0, 1.0, -1.0)
-        blocks.append((Q * signs).T)  # rows orthonormal
-    W = np.concatenate(blocks, axis=0)[:m]
-    norms = np.sqrt(rng.chisquare(d, size=m))
-    return W * norms[:, None]
-
-
-class Performer(FeatureMap):
-    """FAVOR+ random features for the softmax kernel ``exp(q . k / sqrt(d))``.
-
-    With ``x' = x * d**-0.25`` and the rows ``w_i`` of :attr:`projection` (``m x d``):
-
-    - ``kind="positive"`` (default): ``phi(x) = exp(W x' - |x'|^2 / 2) / sqrt(m)``, ``d_phi = m``;
-      every feature is > 0.
-    - ``kind="trig"``: ``phi(x) = exp(|x'|^2 / 2) [sin(W x'), cos(W x')] / sqrt(m)``, ``d_phi = 2 m``;
-      the classic random Fourier estimator. Its features are signed, so denominators can be <= 0:
-      it is here to show why FAVOR+ uses the positive one.
-
-    Without stabilisation ``phi(q) . phi(k)`` is an unbiased estimate of ``exp(q . k / sqrt(d))``.
-    With ``stabilize=True`` (default) the exponent is shifted before ``exp`` so inputs of magnitude
-    1e3 stay finite: queries by their own row maximum, keys by one maximum over all tokens and
-    features (per batch entry). Both are constants in the key index ``j`` for a given query, so they
-    cancel in the normalised output (as the max-shift does in softmax); the *values* of ``phi`` are
-    then scaled by that constant. In causal attention a query additionally uses the maximum over its
-    own prefix of keys, which is again a constant in ``j`` for that query; it is what a streaming
-    state can reproduce (see :class:`linattn_core.LinearAttentionState`).
-
-    Parameters
-    ----------
-    d : int, optional
-        Input dimension. When omitted it is taken from the first input, and the projection is drawn
-        then.
-    num_features : int
-        ``m``, the number of random features (256 by default).
-    seed : int
-        Seed of the numpy generator that draws the projection.
-    orthogonal : bool
-        Orthogonal random features (lower variance) rather than i.i.d. Gaussian rows.
-    stabilize : bool
-        Shift exponents by maxima (see above).
-    kind : {"positive", "trig"}
-        Positive (FAVOR+) or trigonometric random features.
-
-    Examples
-    --------
-    >>> import numpy as np
-    >>> from linattn_core import get_feature_map
-    >>> phi = get_feature_map("performer", d=8, num_features=64, seed=0, stabilize=False)
-    >>> x = np.random.default_rng(0).standard_normal((5, 8)) * 0.3
-    >>> phi(x).shape, phi.projection.shape
-    ((5, 64), (64, 8))
-    """
-
-    name = "performer"
-
-    def __init__(
-        self,
-        d: int | None = None,
-        num_features: int = 256,
-        *,
-        seed: int | None = 0,
-        orthogonal: bool = True,
-        stabilize: bool = True,
-        kind: str = "positive",
-    ) -> None:
-        if d is not None:
-            d = B.check_positive_int(d, "d")
-        self.num_features = B.check_positive_int(num_features, "num_features")
-        if kind not in ("positive", "trig"):
-            raise ValueError(f"kind must be 'positive' or 'trig', got {kind!r}")
-        self.kind = kind
-        self.orthogonal = B.check_flag(orthogonal, "orthogonal")
-        self.stabilize = B.check_flag(stabilize, "stabilize")
-        self.positive = kind == "positive"
-        self.d_phi = self.num_features * (1 if self.positive else 2)
-        self.normalised_only = self.stabilize  # the shifts cancel only after normalisation
-        self.d = d
-        self.seed = seed
-        self.projection: np.ndarray | None = None
-        self._cache: dict = {}
-        if d is not None:
-            self.redraw(seed)
-
-    def redraw(self, seed: int | None = None) -> None:
-        """Draw a new random projection (``seed=None``: fresh entropy, not reproducible)."""
-        if self.d is None:
-            raise ValueError("Performer.redraw needs the input dimension: construct it with d=...")
-        self.seed = seed
-        self.projection = draw_projection(self.num_features, self.d, seed, self.orthogonal)
-        self._cache = {}
-
-    def check_input_dim(self, d: int) -> None:
-        if self.d is None:
-            self.d = d
-            self.redraw(self.seed)
-        elif d != self.d:
-            raise ValueError(
-                f"this Performer feature map was built for d={self.d}, but the input has last dim {d}"
-            )
-
-    def _W(self, x: Any) -> Any:
-        # the projection on x's backend, dtype and device (cached)
-        key = (B.is_torch(x), str(x.dtype), str(getattr(x, "device", "")))
-        if key not in self._cache:
-            self._cache[key] = B.from_numpy(self.projection, x)
-        return self._cache[key]
-
-    def _parts(self, x: Any) -> tuple[Any, Any]:
-        """``phi(x) = base * exp(logits - shift)``; returns ``(base, logits)`` before any shift.
-
-        positive: base = 1/sqrt(m) (a number), logits = W x' - |x'|^2/2: (..., N, m)
-        trig:     base = [sin W x', cos W x'] / sqrt(m): (..., N, 2m), logits = |x'|^2/2: (..., N, 1)
-        """
-        # x: (..., N, d)
-        self.check_input_dim(int(x.shape[-1]))
-        xs = x * (self.d ** -0.25)
-        proj = xs @ B.swap_last(self._W(x))  # (..., N, m)
-        half_sq = B.total(xs * xs, -1, keepdims=True) / 2  # (..., N, 1)
-        if self.positive:
-            return 1.0 / math.sqrt(self.num_features), proj - half_sq
-        xp = B.lib(x)
-        base = B.concat([xp.sin(proj), xp.cos(proj)], -1) / math.sqrt(self.num_features)
-        return base, half_sq
-
-    @staticmethod
-    def _exp(base: Any, logits: Any, shift: Any) -> Any:
-        return base * B.lib(logits).exp(logits - shift)
-
-    def _shift(self, logits: Any, axes: int | tuple[int, ...]) -> Any:
-        if not self.stabilize:
-            return 0.0
-        m = B.amax(logits, axes)
-        return m.detach() if B.is_torch(m) else m
-
-    def queries(self, x: Any) -> Any:
-        """Query features: each row shifted by its own maximum."""
-        base, logits = self._parts(x)
-        return self._exp(base, logits, self._shift(logits, -1))
-
-    def keys(self, x: Any) -> Any:
-        """Key features: one shift for all tokens and features (per batch entry)."""
-        base, logits = self._parts(x)
-        return self._exp(base, logits, self._shift(logits, (-2, -1)))
-
-    def __call__(self, x: Any, *, offset: int = 0) -> Any:
-        # x: (..., N, d) -> (..., N, d_phi); the key-side stabiliser, safe for either side
-        return self.keys(x)
-
-    def pair(self, q: Any, k: Any, *, causal: bool = False) -> tuple[Any, Any]:
-        # q: (..., N_q, d), k: (..., N_k, d) -> (..., N_q, d_phi), (..., N_k, d_phi)
-        if not (causal and self.stabilize):
-            return self.queries(q), self.keys(k)
-        fq_base, lq = self._parts(q)
-        fk_base, lk = self._parts(k)
-        R = self._shift(lk, (-2, -1))  # (..., 1, 1): one key shift for the call
-        # r_i = max of the key logits over tokens j <= i: the key shift a streaming state would use.
-        # Query i gets the factor exp(R - r_i) (a constant in j, so it cancels), which makes its
-        # effective key features exp(lk_j - r_i): never all tiny, so the clamp stays inactive.
-        r = B.amax(lk, -1)  # (..., N, 1)
-        if B.is_torch(r):
-            r = B.torch_module().cummax(r.detach(), dim=-2).values
-        else:
-            r = np.maximum.accumulate(r, axis=-2)
-        extra = B.clamp_min(r - R, -_MAX_SHIFT)  # = -(R - r_i) clipped, so exp stays finite
-        fq = self._exp(fq_base, lq, self._shift(lq, -1) + extra)
-        return fq, self._exp(fk_base, lk, R)
-
-    def __repr__(self) -> str:
-        return (
-            f"Performer(d={self.d}, num_features={self.num_features}, seed={self.seed},"
-            f" orthogonal={self.orthogonal}, stabilize={self.stabilize}, kind={self.kind!r})"
-        )
 
 
 class CosFormer(FeatureMap):
@@ -408,6 +233,13 @@ class CosFormer(FeatureMap):
     def __call__(self, x: Any, *, offset: int = 0) -> Any:
         return self.features(x, offset=offset)
 
+    def check_streamable(self) -> None:
+        if self.max_len is None:
+            raise ValueError(
+                "streaming with the cosformer feature map needs its max_len (M), e.g."
+                " get_feature_map('cosformer', max_len=1024): positions are unknown in advance"
+            )
+
     def pair(self, q: Any, k: Any, *, causal: bool = False) -> tuple[Any, Any]:
         M = max(int(q.shape[-2]), int(k.shape[-2]))
         return self.features(q, length=M), self.features(k, length=M)
@@ -445,10 +277,14 @@ class CallableFeatureMap(FeatureMap):
         return f"CallableFeatureMap({self.name})"
 
 
+# The Performer builds on FeatureMap above; it is imported here, where the registry needs it.
+from .performer import Performer, draw_projection  # noqa: E402, F401  (draw_projection: re-exported)
+
 FEATURE_MAPS: dict[str, type[FeatureMap]] = {
     "identity": Identity,
     "elu+1": EluPlusOne,
     "relu": ReLU,
+    "relu+1": ReLUPlusOne,
     "softplus": Softplus,
     "performer": Performer,
     "cosformer": CosFormer,
@@ -461,8 +297,8 @@ def get_feature_map(name: str, **options: Any) -> FeatureMap:
     Parameters
     ----------
     name : str
-        One of ``"identity"``, ``"elu+1"``, ``"relu"``, ``"softplus"``, ``"performer"``,
-        ``"cosformer"``.
+        One of ``"identity"``, ``"elu+1"``, ``"relu"``, ``"relu+1"``, ``"softplus"``,
+        ``"performer"``, ``"cosformer"``.
     **options
         Passed to the class: ``d``, ``num_features``, ``seed``, ``orthogonal``, ``stabilize``,
         ``kind`` for ``"performer"``; ``max_len`` for ``"cosformer"``.
@@ -502,11 +338,20 @@ def require_exact_products(phi: FeatureMap, where: str, option: str) -> None:
         )
 
 
-def as_feature_map(feature_map: Any, d: int) -> FeatureMap:
-    """Resolve ``feature_map=`` (a name, a :class:`FeatureMap` or any callable) for inputs of dim d."""
+def as_feature_map(feature_map: Any, d: int | None = None, **options: Any) -> FeatureMap:
+    """The one resolver of ``feature_map=``: a name, a :class:`FeatureMap` or any callable.
+
+    A name is built by :func:`get_feature_map` with ``options`` (the same defaults everywhere: a
+    ``"performer"`` gets ``d`` from the inputs, 256 features, seed 0, stabilised); ``options`` are
+    only for names. With ``d``, the map is checked against (or, for a Performer built without
+    ``d``, fitted to) inputs of that last dim.
+    """
     if isinstance(feature_map, str):
-        phi = get_feature_map(feature_map, d=d) if feature_map == "performer" else None
-        phi = phi or get_feature_map(feature_map)
+        phi = get_feature_map(feature_map, **options)
+    elif options:
+        raise TypeError(
+            f"options {sorted(options)} only apply to a feature-map name, not to {type(feature_map).__name__}"
+        )
     elif isinstance(feature_map, FeatureMap):
         phi = feature_map
     elif callable(feature_map):
@@ -515,5 +360,6 @@ def as_feature_map(feature_map: Any, d: int) -> FeatureMap:
         raise TypeError(
             f"feature_map must be a name, a FeatureMap or a callable, got {type(feature_map).__name__}"
         )
-    phi.check_input_dim(d)
+    if d is not None:
+        phi.check_input_dim(d)
     return phi

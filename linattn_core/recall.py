@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from . import _backend as B
 from .attention import softmax_attention
 from .decay import decayed_linear_attention
 from .delta import delta_rule_attention
@@ -46,9 +47,7 @@ def _unit_rows(a: np.ndarray) -> np.ndarray:
 
 def make_task(n: int, d: int, d_v: int = 8, *, seed: int = 0) -> RecallTask:
     """``n`` random unit keys in ``d`` dims with random unit values (seeded)."""
-    for name, value in (("n", n), ("d", d), ("d_v", d_v)):
-        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-            raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    n, d, d_v = (B.check_positive_int(value, name) for name, value in (("n", n), ("d", d), ("d_v", d_v)))
     rng = np.random.default_rng(seed)
     return RecallTask(_unit_rows(rng.standard_normal((n, d))), _unit_rows(rng.standard_normal((n, d_v))))
 
@@ -75,8 +74,7 @@ def recall_answers(
         )
         return K @ S
     if rule == "delta":
-        if isinstance(passes, bool) or not isinstance(passes, int) or passes < 1:
-            raise ValueError(f"passes must be a positive integer, got {passes!r}")
+        passes = B.check_positive_int(passes, "passes")
         K_all, V_all = np.tile(K, (passes, 1)), np.tile(V, (passes, 1))  # replay the same pairs
         _, S = delta_rule_attention(K_all, K_all, V_all, beta, return_state=True)
         return K @ S

@@ -18,8 +18,8 @@ from typing import Any
 import numpy as np
 
 from . import _backend as B
-from .attention import warn_nonpositive
-from .feature_maps import CosFormer, Performer, as_feature_map
+from .attention import normalise, warn_nonpositive
+from .feature_maps import as_feature_map
 
 __all__ = ["KVCache", "LinearAttentionState"]
 
@@ -99,9 +99,11 @@ class LinearAttentionState:
 
     Notes
     -----
-    The stabilised Performer shifts each key's exponent by the running maximum of the key
-    exponents, and rescales ``S`` and ``z`` whenever that maximum grows (as online softmax does),
-    exactly the per-query constant the causal :func:`linear_attention` uses; so the outputs agree.
+    Features come from the map's streaming methods: :meth:`FeatureMap.queries` at the position of
+    the current token, :meth:`FeatureMap.running_keys` for keys. The stabilised Performer shifts
+    each key's exponent by the running maximum of the key exponents and asks for ``S`` and ``z`` to
+    be rescaled whenever that maximum grows (as online softmax does): exactly the per-query
+    constant the causal :func:`linear_attention` uses, so the outputs agree.
 
     Examples
     --------
@@ -131,59 +133,32 @@ class LinearAttentionState:
         self.batch_shape = _check_batch_shape(batch_shape)
         self.eps = B.check_eps(eps)
         self.phi = as_feature_map(feature_map, self.d)
-        if isinstance(self.phi, CosFormer) and self.phi.max_len is None:
-            raise ValueError(
-                "streaming with the cosformer feature map needs its max_len (M), e.g."
-                " get_feature_map('cosformer', max_len=1024): positions are unknown in advance"
-            )
+        self.phi.check_streamable()  # e.g. cosFormer needs its max_len: positions are not known ahead
         self._proto = _prototype(dtype, like)
         self._out_dtype = like.dtype if like is not None else self._proto.dtype
-        self.d_phi = self._feature_dim()
+        self.d_phi = int(self.phi.keys(B.zeros((1, self.d), self._proto)).shape[-1])  # ask one token
         self.reset()
-
-    def _feature_dim(self) -> int:
-        if self.phi.d_phi is not None or not hasattr(self.phi, "fn"):
-            return self.phi.output_dim(self.d)
-        probe = B.zeros((1, self.d), self._proto)  # a plain callable: ask it
-        return int(self.phi(probe).shape[-1])
-
-    @property
-    def _stabilised_performer(self) -> bool:
-        return isinstance(self.phi, Performer) and self.phi.stabilize
 
     def reset(self) -> None:
         """Forget every token: ``S = 0``, ``z = 0``, ``t = 0``."""
         self.S = B.zeros(self.batch_shape + (self.d_phi, self.d_v), self._proto)
         self.z = B.zeros(self.batch_shape + (self.d_phi,), self._proto)
         self.t = 0
-        # running maximum of the key exponents (stabilised Performer only), -inf before any key
-        self._r = B.zeros(self.batch_shape, self._proto) - math.inf
+        # what the feature map's stabiliser has seen (-inf: no key yet); only a stabilised map uses it
+        self._shift = B.zeros(self.batch_shape, self._proto) - math.inf
 
     def _key_features(self, k: Any) -> Any:
-        # k: (*batch, d) -> phi(k): (*batch, d_phi); may rescale S, z (stabilised Performer)
+        # k: (*batch, d) -> phi(k): (*batch, d_phi), at position t; rescales S, z when the map asks
         x = k[..., None, :]  # (*batch, 1, d): feature maps take (..., N, d)
-        if isinstance(self.phi, CosFormer):
-            return self.phi.features(x, offset=self.t)[..., 0, :]
-        if not self._stabilised_performer:
-            return self.phi(x)[..., 0, :]
-        base, logits = self.phi._parts(x)  # logits: (*batch, 1, m) or (*batch, 1, 1)
-        c = B.amax(logits, (-2, -1), keepdims=False)  # (*batch,)
-        c = c.detach() if B.is_torch(c) else c
-        r_new = B.lib(c).maximum(self._r, c)
-        rescale = B.lib(c).exp(self._r - r_new)  # <= 1: the old state in the new units
-        self.S = self.S * rescale[..., None, None]
-        self.z = self.z * rescale[..., None]
-        self._r = r_new
-        return (base * B.lib(c).exp(logits - r_new[..., None, None]))[..., 0, :]
+        f, self._shift, rescale = self.phi.running_keys(x, self._shift, offset=self.t)
+        if rescale is not None:  # rescale: (*batch,), puts the sums so far in the new units
+            self.S = self.S * rescale[..., None, None]
+            self.z = self.z * rescale[..., None]
+        return f[..., 0, :]
 
     def _query_features(self, q: Any) -> Any:
-        # q: (*batch, d) -> phi(q): (*batch, d_phi)
-        x = q[..., None, :]
-        if isinstance(self.phi, CosFormer):
-            return self.phi.features(x, offset=max(self.t - 1, 0))[..., 0, :]
-        if isinstance(self.phi, Performer):
-            return self.phi.queries(x)[..., 0, :]
-        return self.phi(x)[..., 0, :]
+        # q: (*batch, d) -> phi(q): (*batch, d_phi), at the position of the last key added
+        return self.phi.queries(q[..., None, :], offset=max(self.t - 1, 0))[..., 0, :]
 
     def update(self, k_t: Any, v_t: Any) -> None:
         """Add one key/value pair: ``S += phi(k_t) v_t^T``, ``z += phi(k_t)``.
@@ -207,7 +182,7 @@ class LinearAttentionState:
         num = (f[..., None, :] @ self.S)[..., 0, :]  # (*batch, d_v)
         den = B.total(f * self.z, -1)  # (*batch,)
         warn_nonpositive(den, self.phi)
-        return self._out(num / B.clamp_min(den, self.eps)[..., None])
+        return self._out(normalise(num, den, self.eps))
 
     def step(self, q_t: Any, k_t: Any, v_t: Any) -> Any:
         """``update(k_t, v_t)`` then ``query(q_t)``: one step of causal decoding."""
@@ -276,11 +251,7 @@ class KVCache:
         self.d = B.check_positive_int(d, "d")
         self.d_v = B.check_positive_int(d_v, "d_v")
         self.batch_shape = _check_batch_shape(batch_shape)
-        if scale is None:
-            scale = 1.0 / math.sqrt(self.d)
-        if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not math.isfinite(scale):
-            raise ValueError(f"scale must be a finite number or None, got {scale!r}")
-        self.scale = float(scale)
+        self.scale = B.check_scale(scale, self.d)
         self._proto = _prototype(dtype, like)
         self._out_dtype = like.dtype if like is not None else self._proto.dtype
         self.reset()

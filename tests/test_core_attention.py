@@ -173,6 +173,21 @@ def test_kernel_attention_cross_attention(mk, map_name, batch):
     assert_close(out, kernel_reference(phi(q), phi(k), v)[0], what=f"cross-attention[{map_name}]")
 
 
+@pytest.mark.parametrize(("n_q", "n_k"), [(5, 11), (11, 5)], ids=["Nq<Nk", "Nq>Nk"])
+def test_cosformer_without_max_len_uses_the_longer_side(mk, n_q, n_k):
+    # M = max(N_q, N_k) of the call: scores relu(q_i) . relu(k_j) cos(pi (i - j) / 2M)
+    from linattn_core import get_feature_map, linear_attention
+
+    q, k, v = mk.qkv((2,), n_q, n_k, d=6, d_v=3, seed=21)
+    M, i, j = max(n_q, n_k), np.arange(n_q)[:, None], np.arange(n_k)[None, :]
+    A = (np.maximum(q, 0) @ np.swapaxes(np.maximum(k, 0), -1, -2)) * np.cos(np.pi * (i - j) / (2 * M))
+    expected = (A @ v) / np.maximum(A.sum(-1), 1e-6)[..., None]
+    phi = get_feature_map("cosformer")
+    for fn in (kernel_attention, linear_attention):
+        assert_close(fn(q, k, v, phi), expected, what=f"{fn.__name__}, cosformer M = max(N_q, N_k)")
+    assert_close(linear_attention(q, k, v, "cosformer"), expected, what="by name")
+
+
 def test_causal_kernel_attention_first_output_is_first_value(mk, map_name, batch):
     q, k, v = mk.qkv(batch, 9, seed=16, shift=1.0)  # shift: relu features overlap at t = 0
     out = kernel_attention(q, k, v, mk.feature_map(map_name, 8), causal=True)

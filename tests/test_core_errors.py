@@ -176,6 +176,23 @@ def test_cosformer_position_past_max_len():
         state.step(q[4], k[4], v[4])
 
 
+@pytest.mark.parametrize("scale", [float("inf"), float("nan"), "0.5", True])
+def test_bad_scale_is_refused_alike_by_softmax_and_the_kv_cache(scale):
+    q, k, v = arrays((5, 4), (5, 4), (5, 3))
+    with pytest.raises(ValueError, match=mentions(arg("scale"))):
+        softmax_attention(q, k, v, scale=scale)
+    with pytest.raises(ValueError, match=mentions(arg("scale"))):
+        KVCache(4, 3, scale=scale)
+
+
+def test_numpy_scalar_scale_is_accepted_alike():
+    q, k, v = arrays((5, 4), (5, 4), (5, 3))
+    cache = KVCache(4, 3, scale=np.float32(0.25))
+    ys = np.stack([cache.step(q[t], k[t], v[t]) for t in range(5)])
+    expected = softmax_attention(q, k, v, causal=True, scale=np.float32(0.25))
+    np.testing.assert_allclose(ys, expected, rtol=1e-10, atol=1e-10)  # atol: entries near zero
+
+
 @pytest.mark.parametrize("m", [0, -1])
 def test_performer_needs_positive_num_features(m):
     with pytest.raises(ValueError, match=mentions(arg("num_features"))):
@@ -233,6 +250,53 @@ def test_identity_map_warns_with_the_count_of_bad_denominators(method, backend):
         else:
             out = linear_attention(q, k, v, "identity", causal=True, method=method, chunk_size=4)
     assert np.isfinite(to_numpy(out)).all()
+
+
+@pytest.mark.parametrize("name", ["identity", "relu", "cosformer"])
+def test_every_map_that_can_give_nonpositive_denominators_warns(name):
+    # all-negative queries in rows 2 and 5: relu and cosformer features are all zero there, the
+    # identity's q . z < 0 (positive keys); every form counts exactly those 2 rows.
+    from linattn_core.decay import decayed_linear_attention
+
+    rng = np.random.default_rng(1)
+    q = np.abs(rng.standard_normal((8, 4))) + 0.1
+    q[[2, 5]] *= -1
+    k = np.abs(rng.standard_normal((8, 4))) + 0.1
+    v = rng.standard_normal((8, 3))
+    phi = get_feature_map(name, max_len=8) if name == "cosformer" else get_feature_map(name)
+    calls = {
+        "kernel": lambda: kernel_attention(q, k, v, phi, causal=True),
+        "linear": lambda: linear_attention(q, k, v, phi, causal=True),
+        "full": lambda: linear_attention(q, k, v, phi),
+        "decay": lambda: decayed_linear_attention(q, k, v, phi, decay=0.9),
+    }
+    for form, call in calls.items():
+        with pytest.warns(RuntimeWarning, match=mentions(num(2), f"'{name}'")):
+            out = call()
+        assert np.isfinite(out).all(), form
+    state = LinearAttentionState(4, 3, phi)
+    for t in range(8):
+        if t in (2, 5):
+            with pytest.warns(RuntimeWarning, match=mentions(num(1), f"'{name}'")):
+                state.step(q[t], k[t], v[t])
+        else:
+            state.step(q[t], k[t], v[t])
+
+
+@pytest.mark.parametrize("name", ["elu+1", "relu+1", "softplus", "performer"])
+def test_positive_maps_never_warn(name):
+    from linattn_core.decay import decayed_linear_attention
+
+    q, k, v = arrays((20, 4), (20, 4), (20, 3))
+    q = -10 - np.abs(q)  # all-negative queries: zero rows for relu, never for these maps
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        kernel_attention(q, k, v, name, causal=True)
+        linear_attention(q, k, v, name, causal=True)
+        decayed_linear_attention(q, k, v, name)
+        state = LinearAttentionState(4, 3, name)
+        for t in range(20):
+            state.step(q[t], k[t], v[t])
 
 
 def test_positive_maps_do_not_warn():

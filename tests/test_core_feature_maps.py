@@ -6,13 +6,14 @@ import numpy as np
 import pytest
 from _tolerances import assert_close, to_numpy
 
-from linattn_core import get_feature_map
+from linattn_core import FEATURE_MAPS, get_feature_map
 
 # name -> the formula, written for float64 numpy (np.logaddexp(0, x) is log(1 + e^x) without overflow)
 FORMULAS = {
     "identity": lambda x: x,
     "elu+1": lambda x: np.where(x > 0, x + 1.0, np.exp(np.minimum(x, 0.0))),
     "relu": lambda x: np.maximum(x, 0.0),
+    "relu+1": lambda x: np.maximum(x, 0.0) + 1.0,
     "softplus": lambda x: np.logaddexp(0.0, x),
 }
 
@@ -50,29 +51,56 @@ def test_elementwise_map_keeps_low_precision_dtype(name, dtype):
     assert_close(y, FORMULAS[name](x.astype(np.float64)), dtype=dtype, what=f"{name} in {dtype}")
 
 
-@pytest.mark.parametrize("name", sorted(FORMULAS))
-@pytest.mark.parametrize("dtype", ["float64", "float32", "bfloat16"])
-def test_into_writes_the_same_features_into_a_strided_buffer(name, dtype):
-    # FeatureMap.into, the CPU fast path's allocation-free form, must give phi(x) exactly as __call__
-    # does (up to rounding), also when out is a transposed view, as the chunked path uses it
-    import torch
-
-    x = signed_values("torch", dtype=dtype)  # (2, 3, 7, 6)
-    phi = get_feature_map(name)
-    out = torch.full((3, 2, 7, 6), float("nan"), dtype=x.dtype).transpose(0, 1)
-    tmp = torch.empty_like(x)
-    y = phi.into(x, out, tmp)
-    assert y.data_ptr() == out.data_ptr() and not torch.isnan(out).any()
-    assert_close(out.double(), FORMULAS[name](x.double().numpy()), dtype=dtype, what=f"{name}.into, {dtype}")
-    assert_close(out, phi(x), dtype=dtype, what=f"{name}.into against {name}(x), {dtype}")
-
-
 def test_softplus_and_elu_do_not_overflow():
     x = np.array([[-1e3, -50.0, 50.0, 1e3]])
     for name in ("softplus", "elu+1"):
         y = get_feature_map(name)(x)
         assert np.isfinite(y).all(), f"{name} overflowed: {y}"
         assert_close(y, FORMULAS[name](x), what=f"{name} at +-1e3")
+
+
+# --- softplus: one function on both backends ---------------------------------------------------------
+# torch.nn.functional.softplus returns x itself above x = 20, numpy's logaddexp keeps log1p(exp(-x));
+# the map must give the same numbers on both, to a few units of the last place, at every x.
+SOFTPLUS_X = np.concatenate([[-1e3, -100.0, -30.0, -20.0, -1e-3, 0.0, 1e-3, 100.0, 1e3],
+                             np.linspace(15.0, 25.0, 41)])
+
+
+def _ulps(dtype: str) -> tuple[float, float]:
+    """(rtol, atol) of 4 units in the last place; atol covers subnormal results (softplus(-100))."""
+    import torch
+
+    info = torch.finfo(getattr(torch, dtype))
+    return 4 * float(info.eps), 4 * float(info.smallest_normal) * float(info.eps)
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32", "float16", "bfloat16"])
+def test_softplus_numpy_and_torch_agree_across_the_switch_point(dtype):
+    import torch
+
+    x_t = torch.from_numpy(SOFTPLUS_X).to(getattr(torch, dtype))
+    x64 = x_t.double().numpy()  # the rounded inputs, for the reference
+    exact = np.logaddexp(0.0, x64)
+    phi = get_feature_map("softplus")
+    y_t = phi(x_t)
+    assert y_t.dtype == x_t.dtype and torch.isfinite(y_t).all()
+    rtol, atol = _ulps(dtype)
+    np.testing.assert_allclose(to_numpy(y_t), exact, rtol=rtol, atol=atol, err_msg=f"torch {dtype}")
+    if dtype != "bfloat16":  # numpy has no bfloat16
+        y_np = phi(x64.astype(dtype))
+        assert y_np.dtype == np.dtype(dtype)
+        np.testing.assert_allclose(to_numpy(y_t), to_numpy(y_np), rtol=rtol, atol=atol,
+                                   err_msg=f"torch vs numpy {dtype}")
+
+
+def test_softplus_gradient_is_the_sigmoid_and_finite():
+    import torch
+
+    x = torch.from_numpy(SOFTPLUS_X).requires_grad_()
+    get_feature_map("softplus")(x).sum().backward()
+    assert torch.isfinite(x.grad).all()
+    sigmoid = np.exp(-np.logaddexp(0.0, -SOFTPLUS_X))  # 1 / (1 + e^-x) without overflow
+    assert_close(x.grad, sigmoid, what="d softplus / dx = sigmoid(x)")
 
 
 # --- performer ----------------------------------------------------------------------------------------
@@ -146,3 +174,77 @@ def test_cosformer_position_weights():
     angles = np.pi * np.arange(5) / 20
     assert_close(np.sort(y, axis=-1), np.sort(np.stack([np.cos(angles), np.sin(angles)], -1), axis=-1),
                  what="cosformer weights at positions 0..4")
+
+
+# --- numpy and torch: the same features for every map and input range -----------------------------------
+RANGES = {"tiny": 1e-3, "unit": 1.0, "large": 30.0, "huge": 1e3}
+
+
+def _condition(name: str, phi, x64: np.ndarray) -> float:
+    """How many units of rounding a feature may differ by: 1 for the elementwise maps and cosFormer;
+    for the Performer, the size of its exponent (a sum of d products), since exp turns an absolute
+    rounding error of its argument into a relative error of the feature."""
+    if name != "performer":
+        return 1.0
+    xs = x64 * x64.shape[-1] ** -0.25
+    sizes = np.abs(xs) @ np.abs(phi.projection).T + 0.5 * (xs**2).sum(-1, keepdims=True)
+    return x64.shape[-1] * (1.0 + float(sizes.max()))
+
+
+@pytest.mark.parametrize("name", sorted(FEATURE_MAPS))
+@pytest.mark.parametrize("scale", list(RANGES.values()), ids=list(RANGES))
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_numpy_and_torch_give_the_same_features(name, scale, dtype):
+    import torch
+
+    rng = np.random.default_rng(7)
+    q, k = (scale * rng.standard_normal((2, 2, 9, 6))).astype(dtype)
+    options = {"d": 6, "num_features": 16, "seed": 1} if name == "performer" else {}
+    phi = get_feature_map(name, **options)
+    u = float(np.finfo(dtype).eps)
+    rtol = 8 * u * _condition(name, phi, np.concatenate([q, k]).astype(np.float64))
+    for causal in (False, True):
+        ours = phi.pair(q, k, causal=causal)
+        theirs = phi.pair(torch.from_numpy(q), torch.from_numpy(k), causal=causal)
+        for side, a, b in zip(("queries", "keys"), ours, theirs, strict=True):
+            a, b = to_numpy(a), to_numpy(b)
+            assert np.isfinite(a).all() and np.isfinite(b).all(), f"{name} {side} not finite"
+            # elementwise maps: every feature to rounding; the Performer's stabilised features span
+            # many orders of magnitude, so there the error is relative to the largest one
+            atol = rtol * np.abs(a).max() if name == "performer" else np.finfo(dtype).tiny
+            np.testing.assert_allclose(b, a, rtol=rtol, atol=atol,
+                                       err_msg=f"{name} {side}, |x| ~ {scale}, {dtype}, causal={causal}")
+
+
+# --- the one resolver ------------------------------------------------------------------------------------
+def test_as_feature_map_gives_the_performer_that_the_attention_functions_use():
+    from linattn_core import kernel_attention, linear_attention
+    from linattn_core.feature_maps import as_feature_map
+
+    q, k, v = np.random.default_rng(8).standard_normal((3, 2, 12, 6))
+    phi = as_feature_map("performer", 6)
+    assert (phi.d, phi.num_features, phi.seed, phi.stabilize) == (6, 256, 0, True)
+    assert_close(phi.projection, get_feature_map("performer", d=6).projection, what="same projection")
+    for fn in (kernel_attention, linear_attention):
+        assert_close(fn(q, k, v, phi), fn(q, k, v, "performer"), what=f"{fn.__name__}: object vs name")
+    lazy = as_feature_map("performer")  # no d yet: drawn at the first input, with the same seed
+    assert_close(lazy(q), phi(q), what="performer fitted to d on first use")
+
+
+def test_as_feature_map_options_objects_and_callables():
+    from linattn_core.feature_maps import CallableFeatureMap, as_feature_map
+
+    phi = as_feature_map("performer", 6, num_features=16, seed=3, stabilize=False)
+    assert (phi.d_phi, phi.seed, phi.stabilize) == (16, 3, False)
+    assert as_feature_map("cosformer", 4, max_len=9).max_len == 9
+    assert as_feature_map(phi, 6) is phi
+    wrapped = as_feature_map(np.tanh, 6)
+    assert isinstance(wrapped, CallableFeatureMap) and wrapped.name == "tanh"
+    with pytest.raises(TypeError, match="only apply to a feature-map name"):
+        as_feature_map(phi, 6, seed=1)
+    with pytest.raises(ValueError, match="built for d=6"):
+        as_feature_map(phi, 5)
+    with pytest.raises(ValueError, match="unknown feature map"):
+        as_feature_map("gelu", 6)
+    with pytest.raises(TypeError, match="feature_map must be"):
+        as_feature_map(3, 6)

@@ -53,6 +53,38 @@ def test_state_with_default_performer_tracks_a_growing_maximum(mk):
     assert_close(out, linear_attention(q, k, v, phi, causal=True), what="stabilised performer state")
 
 
+class _RotatingFeatures:
+    """A user's position-dependent map: relu(x) + 1 turned by an angle w i at position i, so that
+    phi(q_i) . phi(k_j) = (relu(q_i) + 1) . (relu(k_j) + 1) cos(w (i - j)) > 0 for |i - j| w < pi / 2."""
+
+    @staticmethod
+    def build(w=0.05):
+        from linattn_core import FeatureMap, get_feature_map
+
+        class Rotating(FeatureMap):
+            name = "rotating"
+
+            def output_dim(self, d):
+                return 2 * d
+
+            def __call__(self, x, *, offset=0):
+                n = x.shape[-2]
+                angle = w * np.arange(offset, offset + n)[:, None]  # (N, 1)
+                f = get_feature_map("relu+1")(x)
+                return np.concatenate([f * np.cos(angle), f * np.sin(angle)], -1)
+
+        return Rotating()
+
+
+def test_state_asks_the_map_for_features_at_each_position(mk):
+    # streaming must go through the map's own interface (queries/running_keys at an offset), so a
+    # map the library does not know streams exactly like the parallel form
+    q, k, v = mk.qkv((2,), 25, d=4, d_v=3, seed=15)
+    phi = _RotatingFeatures.build()
+    out = stream(LinearAttentionState(4, 3, phi, batch_shape=(2,)), q, k, v)
+    assert_close(out, linear_attention(q, k, v, phi, causal=True), what="position-dependent user map")
+
+
 def test_update_then_query_equals_step(mk):
     q, k, v = mk.qkv((3,), 10, d=4, d_v=2, seed=3)
     a, b = LinearAttentionState(4, 2, batch_shape=(3,)), LinearAttentionState(4, 2, batch_shape=(3,))
@@ -153,6 +185,25 @@ def test_kv_cache_nbytes_grows_linearly(mk, batch):
     assert (steps == steps[0]).all(), f"KVCache.nbytes is not linear in t: {sizes}"
     # each token adds at least its key (d) and value (d_v) per batch entry, in float64
     assert steps[0] >= (8 + 5) * 8 * math.prod(batch), f"per-token growth {steps[0]} bytes is too small"
+
+
+def test_kv_cache_nbytes_counts_the_stored_numbers_and_capacity_the_allocation(mk):
+    # nbytes: exactly t (d + d_v) float64 numbers per batch entry; capacity_nbytes: what is allocated
+    q, k, v = mk.qkv((3,), 20, d=8, d_v=5, seed=14)
+    cache = KVCache(8, 5, batch_shape=(3,))
+    for t in range(20):
+        cache.step(q[..., t, :], k[..., t, :], v[..., t, :])
+        assert cache.nbytes == (t + 1) * (8 + 5) * 8 * 3, f"nbytes after {t + 1} tokens"
+        assert cache.nbytes <= cache.capacity_nbytes <= max(2 * cache.nbytes, 16 * (8 + 5) * 8 * 3)
+
+
+def test_state_with_cosformer_needs_max_len(mk):
+    from linattn_core import get_feature_map
+
+    with pytest.raises(ValueError, match="max_len"):
+        LinearAttentionState(8, 5, "cosformer")
+    with pytest.raises(ValueError, match="max_len"):
+        LinearAttentionState(8, 5, get_feature_map("cosformer"))
 
 
 def test_kv_cache_like_torch_tensor(mk, device):
