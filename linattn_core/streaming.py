@@ -66,6 +66,10 @@ def _token(x: Any, name: str, shape: tuple[int, ...], proto: Any, cls: str) -> A
     return x.astype(proto.dtype, copy=False)
 
 
+def _copy(x: Any) -> Any:
+    return x.clone() if B.is_torch(x) else x.copy()
+
+
 def _nbytes(*arrays: Any) -> int:
     return sum(int(math.prod(a.shape)) * (a.element_size() if B.is_torch(a) else a.itemsize) for a in arrays)
 
@@ -264,21 +268,21 @@ class KVCache:
 
     @property
     def keys(self) -> Any:
-        """The stored keys, ``(*batch_shape, t, d)`` (a view)."""
-        return self._K[..., : self.t, :]
+        """The stored keys, ``(*batch_shape, t, d)``: a copy, so the cache's buffers stay its own."""
+        return _copy(self._K[..., : self.t, :])
 
     @property
     def values(self) -> Any:
-        """The stored values, ``(*batch_shape, t, d_v)`` (a view)."""
-        return self._V[..., : self.t, :]
+        """The stored values, ``(*batch_shape, t, d_v)``: a copy, as for :attr:`keys`."""
+        return _copy(self._V[..., : self.t, :])
 
     def _grow(self) -> None:
         # double the capacity: copies O(t) numbers once every t steps, amortised O(1) per token
         cap = max(16, 2 * int(self._K.shape[-2]))
         K = B.zeros(self.batch_shape + (cap, self.d), self._proto)
         V = B.zeros(self.batch_shape + (cap, self.d_v), self._proto)
-        K[..., : self.t, :] = self.keys
-        V[..., : self.t, :] = self.values
+        K[..., : self.t, :] = self._K[..., : self.t, :]
+        V[..., : self.t, :] = self._V[..., : self.t, :]
         self._K, self._V = K, V
 
     def append(self, k_t: Any, v_t: Any) -> None:
@@ -299,10 +303,11 @@ class KVCache:
         q_t = _token(q_t, "q_t", self.batch_shape + (self.d,), self._proto, "KVCache")
         if self.t == 0:
             raise ValueError("KVCache.attend: the cache is empty; append a key/value pair first")
-        scores = (self.keys @ q_t[..., :, None])[..., 0] * self.scale  # (*batch, t)
+        K, V = self._K[..., : self.t, :], self._V[..., : self.t, :]  # (*batch, t, d), (*batch, t, d_v)
+        scores = (K @ q_t[..., :, None])[..., 0] * self.scale  # (*batch, t)
         w = B.lib(scores).exp(scores - B.amax(scores, -1))  # max-shifted, as in softmax_attention
         w = w / B.total(w, -1, keepdims=True)
-        y = (w[..., None, :] @ self.values)[..., 0, :]  # (*batch, d_v)
+        y = (w[..., None, :] @ V)[..., 0, :]  # (*batch, d_v)
         return y.to(self._out_dtype) if B.is_torch(y) else y.astype(self._out_dtype, copy=False)
 
     def step(self, q_t: Any, k_t: Any, v_t: Any) -> Any:
@@ -313,7 +318,7 @@ class KVCache:
     @property
     def nbytes(self) -> int:
         """Bytes of the keys and values stored so far: grows linearly with ``t``."""
-        return _nbytes(self.keys, self.values)
+        return _nbytes(self._K[..., : self.t, :], self._V[..., : self.t, :])
 
     @property
     def capacity_nbytes(self) -> int:

@@ -197,6 +197,20 @@ def test_kv_cache_nbytes_counts_the_stored_numbers_and_capacity_the_allocation(m
         assert cache.nbytes <= cache.capacity_nbytes <= max(2 * cache.nbytes, 16 * (8 + 5) * 8 * 3)
 
 
+@pytest.mark.parametrize("backend", ["numpy", "torch"])
+def test_kv_cache_keys_and_values_are_the_callers_own(mk, backend):
+    q, k, v = mk.qkv((), 5, d=4, d_v=3, seed=16, backend=backend)
+    cache = KVCache(4, 3, like=q)
+    ys = [cache.step(q[t], k[t], v[t]) for t in range(4)]
+    assert_close(cache.keys, k[:4], what="stored keys")
+    assert_close(cache.values, v[:4], what="stored values")
+    cache.keys[:] = 0.0  # writing into what the cache returned must not change the cache
+    cache.values[:] = 0.0
+    ys[-1][:] = 0.0
+    assert_close(cache.keys, k[:4], what="keys after the caller wrote into a returned copy")
+    assert_close(cache.attend(q[3]), softmax_attention(q[:4], k[:4], v[:4], causal=True)[3], what="attend")
+
+
 def test_state_with_cosformer_needs_max_len(mk):
     from linattn_core import get_feature_map
 
