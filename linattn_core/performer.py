@@ -109,13 +109,17 @@ class Performer(FeatureMap):
         self.stabilize = B.check_flag(stabilize, "stabilize")
         self.positive = kind == "positive"
         self.d_phi = self.num_features * (1 if self.positive else 2)
-        self.normalised_only = self.stabilize  # the shifts cancel only after normalisation
         self.d = d
         self.seed = seed
         self.projection: np.ndarray | None = None
         self._cache: dict = {}
         if d is not None:
             self.redraw(seed)
+
+    @property
+    def normalised_only(self) -> bool:
+        """The stabiliser's shifts cancel only in a normalised output."""
+        return self.stabilize
 
     def redraw(self, seed: int | None = None) -> None:
         """Draw a new random projection (``seed=None``: fresh entropy, not reproducible)."""
