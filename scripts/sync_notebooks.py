@@ -266,6 +266,8 @@ def convert_role(name: str, content: str, ctx: PageContext) -> str:
         return joined if name in ("cite:t", "cite:ct") else f"({joined})"
     if name == "math":
         return f"${content}$"
+    if name.startswith("glue"):  # a figure the website pastes from a cell: in a notebook, the cell prints it
+        return "*(the value printed above)*"
     if name in ("term", "abbr", "download"):
         text, _ = _split_text_target(content)
         return text or content

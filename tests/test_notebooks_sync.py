@@ -189,6 +189,7 @@ def _ctx(**equations):
     ("{cite}`vaswani2017attention,rahimi2007random`",
      "([Vaswani et al., 2017](https://arxiv.org/abs/1706.03762); Rahimi and Recht, 2007)"),
     ("a {unknownrole}`thing`", "a `thing`"),
+    ("slope {glue:text}`slope_linear:.2f` here", "slope *(the value printed above)* here"),
 ])
 def test_roles(myst, markdown):
     assert sync.convert_markdown(myst, _ctx(**{"eq-state": 2})) == markdown
