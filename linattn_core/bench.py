@@ -18,11 +18,14 @@ after the sweep; the higher is used) as the yardstick for GFLOP/s. All of it goe
 :mod:`linattn_core.timing`: the same timer, memory measurement and guards as
 the book. The targets at the end are *reported*, not tested: the command always exits 0.
 
-The chunked rows count FLOPs as issue 2 asks, ``4 N d d_v + 2 N C (d + d_v)`` per batch-head. On a CPU
-with the compiled kernel (see :mod:`linattn_core.native`) that count credits work the kernel does not
-do: it skips the score blocks above the diagonal and so performs about 79% of it (77% with AVX2) at
-``C = d = d_v = 64``. It also runs AVX-512 where MKL's float32 matmul, the yardstick, may not (on AMD
-CPUs it uses AVX2). Both are why its "fraction of the matmul rate" can pass 100%.
+FLOPs come from the one cost model, :func:`linattn_core.timing.flops`. The chunked rows count the
+masked intra-chunk products in full, ``4 N d d_v + 2 N C (d + d_v)`` per batch-head, so that every
+implementation of the chunked form is measured against the same work. On a CPU with the compiled kernel
+(see :mod:`linattn_core.native`) that count credits work the kernel does not do: it skips the score
+blocks above the diagonal and so performs about 79% of it (77% with AVX2) at ``C = d = d_v = 64``
+(``timing.flops(..., skip_masked=True)`` counts half of the masked products). It also runs AVX-512
+where MKL's float32 matmul, the yardstick, may not (on AMD CPUs it uses AVX2). Both are why its
+"fraction of the matmul rate" can pass 100%.
 """
 
 from __future__ import annotations
@@ -244,7 +247,7 @@ def chunked_kernel(device: Any) -> str:
     """What runs the causal chunked form here: the compiled kernel (its instruction set) or torch ops."""
     from . import native
 
-    if T._torch_device(device).type != "cpu":
+    if T.torch_device(device).type != "cpu":
         return "torch ops (the compiled kernel is for CPUs)"
     if native.available():
         return f"compiled kernel, {native.default_isa()} (LINATTN_NATIVE=0 times the torch ops instead)"

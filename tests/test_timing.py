@@ -191,7 +191,65 @@ def test_flop_counts_follow_their_formulas():
     assert T.flops("auto", N, d, d_v, causal=True) == T.flops("chunked", N, d, d_v, causal=True)
     for m in ("recurrent", "cumsum"):
         assert T.flops(m, N, d, d_v, causal=True) == T.flops("linear", N, d, d_v)
-    assert T.flops("linear", N, d, d_v, d_phi=2 * d) == 4 * N * 2 * d * d_v + 4 * N * 2 * d
+    assert T.flops("linear", N, d, d_v, d_phi=2 * d) == 4 * N * 2 * d * d_v
+    # the quadratic kernel form multiplies features, not q and k: its width is d_phi
+    assert T.flops("kernel", N, d, d_v, d_phi=3 * d) == 2 * N * N * (3 * d + d_v)
+    assert T.flops("kernel", N, d, d_v) == T.flops("softmax_naive", N, d, d_v)
+    # skipping the masked half of the score blocks: the default is each method's own behaviour
+    assert T.flops("softmax_naive", N, d, d_v, causal=True, skip_masked=True) == N * N * (d + d_v)
+    assert T.flops("sdpa", N, d, d_v, causal=True, skip_masked=False) == 2 * N * N * (d + d_v)
+    assert T.flops("sdpa", N, d, d_v, skip_masked=True) == 2 * N * N * (d + d_v)  # nothing masked
+    assert (T.flops("chunked", N, d, d_v, causal=True, chunk_size=C, skip_masked=True)
+            == 4 * N * d * d_v + N * C * (d + d_v))
+    # a chunk is never longer than the sequence
+    short = 16  # < C
+    assert (T.flops("chunked", short, d, d_v, causal=True, chunk_size=C)
+            == 4 * short * d * d_v + 2 * short * short * (d + d_v))
+
+
+def test_flop_crossover_names_the_quadratic_form():
+    # softmax's scores have width d, the kernel form's d_phi: two crossovers with the associative form
+    for d, d_v, d_phi in ((64, 64, 64), (64, 64, 256), (32, 16, 100)):
+        soft = T.flop_crossover("softmax_naive", "linear", d=d, d_v=d_v, d_phi=d_phi)
+        kern = T.flop_crossover("kernel", "linear", d=d, d_v=d_v, d_phi=d_phi)
+        assert_close(soft, 2 * d_phi * d_v / (d + d_v), what="softmax vs linear")
+        assert_close(kern, 2 * d_phi * d_v / (d_phi + d_v), what="kernel form vs linear")
+        for slow, n in (("softmax_naive", soft), ("kernel", kern)):  # the counts are equal there
+            lo, hi = math.floor(n), math.floor(n) + 1
+            assert (T.flops(slow, lo, d, d_v, d_phi=d_phi) <= T.flops("linear", lo, d, d_v, d_phi=d_phi)
+                    and T.flops(slow, hi, d, d_v, d_phi=d_phi) > T.flops("linear", hi, d, d_v, d_phi=d_phi))
+    assert_close(T.flop_crossover("softmax_naive", "chunked", d=64, d_v=64, chunk_size=64), 128.0)
+    # causal SDPA skips the masked half: it stays cheaper twice as long
+    assert_close(T.flop_crossover("sdpa", "linear", causal=True), 128.0)
+    with pytest.raises(ValueError, match="grow faster"):
+        T.flop_crossover("linear", "softmax_naive")
+
+
+def test_chapter_and_explorer_crossovers_come_from_one_model():
+    """The associative chapter counts with timing.flops / flop_crossover; the trade-offs explorer draws
+    timing.cost_curves. At the chapter's sizes they give the same numbers and the same crossover."""
+    import pathlib
+    import re
+
+    from linattn_core import viz, widgets
+
+    assert viz.cost_model is T.cost_curves and viz.decode_memory_model is T.decode_memory
+    chapter = (pathlib.Path(__file__).parents[1] / "book" / "associative.md").read_text(encoding="utf-8")
+    cost_section = chapter[chapter.index("(sec-associative-cost)="):]
+    cost_section = cost_section[:cost_section.index("\n## ", cost_section.index("## ") + 3)]
+    assert "timing.flop_crossover(" in cost_section and "timing.flops(" in cost_section
+    assert not re.search(r"viz\.cost_model|2 \* d_phi \* d_v", cost_section)  # no second model there
+    d = d_v = 64  # the chapter's sizes; the explorer's default, elu+1 so d_phi = d
+    twin = widgets.cost_explorer(d=d, d_v=d_v, static=True)
+    shown = [tr for tr in twin.data if tr.name == "equal FLOPs" and tr.visible is not False]
+    assert len(shown) == 1
+    # the twin keeps 4 significant digits: compare with the model's numbers rounded alike
+    expected = T.flop_crossover("softmax_naive", "linear", d=d, d_v=d_v)
+    assert_close(float(shown[0].x[0]), float(viz.sig_round(expected)), what="explorer's crossover")
+    soft = next(tr for tr in twin.data if tr.name == viz.tradeoffs.QUADRATIC_NAME and tr.xaxis == "x"
+                and tr.visible is not False)
+    counted = [T.flops("softmax_naive", int(n), d, d_v) for n in soft.x]
+    assert_close(np.array(soft.y, dtype=float), viz.sig_round(counted), what="explorer's softmax FLOPs")
 
 
 def test_quadratic_and_linear_memory():
@@ -224,10 +282,10 @@ def test_crossover_closed_form():
     slower = T.CostModel(flop_rate=1e9, byte_rate=math.inf, efficiency={"chunked": 0.1})
     assert T.crossover_length(slower, d=64, d_v=64) == 1280
     # a fixed overhead makes softmax lose at tiny N too; the answer is where linear wins for good:
-    # 1e-2 + 256 N²/1e9 = 1664 N/1e6, the larger root
+    # 1e-2 + 256 N²/1e9 = 4 N 64² / 0.01 / 1e9 = 1638.4 N/1e6, the larger root
     quirky = T.CostModel(flop_rate=1e9, byte_rate=math.inf, efficiency={"linear": 0.01},
                          overhead_s={"softmax_naive": 1e-2})
-    a, b, c = 256.0, -1664 * 1e3, 1e-2 * 1e9
+    a, b, c = 256.0, -1638.4 * 1e3, 1e-2 * 1e9
     root = (-b + math.sqrt(b * b - 4 * a * c)) / (2 * a)
     assert T.crossover_length(quirky, "softmax_naive", "linear") == math.ceil(root)
     # overheads are per call, work is per head: two heads halve the weight of softmax's overhead, so the
@@ -287,7 +345,7 @@ SMALL = dict(d=8, d_v=8, batch_heads=2, min_run_time=0.005, max_run_time=0.02, p
 
 def test_memory_guard_skips_with_a_reason(monkeypatch):
     # 1 MiB "free": the N x N matrices no longer fit at N=256, the linear form still does
-    monkeypatch.setattr(T, "available_memory", lambda device=None: 2**20)
+    monkeypatch.setattr(T.sweeps, "available_memory", lambda device=None: 2**20)  # what sweep reads
     methods = [T.Method("softmax_naive", False, _identity), T.Method("linear", False, _identity)]
     recs = T.sweep(methods, [16, 256], device="cpu", **SMALL)
     by = {(r.method, r.N): r for r in recs}

@@ -335,18 +335,22 @@ def test_performer_figure_and_twin(curves):
 
 
 # --- cost ----------------------------------------------------------------------------------------
-def test_cost_model_counts():
-    c = viz.cost_model(np.array([10.0]), d=2, d_v=3, itemsize=4)
-    assert c["flops_quadratic"][0] == 2 * 100 * (2 + 3)
-    assert c["flops_linear"][0] == 10 * (4 * 2 * 3 + 3 * 2)
-    assert c["bytes_quadratic"][0] == 4 * (10 * (2 * 2 + 2 * 3) + 100)
+def test_cost_model_is_the_timing_model():
+    # the explorer's counts are the one cost model's, written out here from its formulas
+    N = np.array([10.0, 100.0])
+    c = viz.cost_model(N, d=2, d_v=3, d_phi=5, itemsize=4)
+    assert_close(c["flops_quadratic"], 2 * N**2 * (2 + 3), what="softmax FLOPs")
+    assert_close(c["flops_linear"], 4 * N * 5 * 3, what="linear FLOPs")
+    assert_close(c["bytes_quadratic"], 4 * (N * (2 * 2 + 2 * 3) + 4 * N**2), what="softmax bytes")
+    assert_close(c["bytes_linear"], 4 * (N * (2 * 2 + 2 * 3) + 4 * N * 5), what="linear bytes")
     x = float(c["crossover_N"])
-    at = viz.cost_model(np.array([x]), d=2, d_v=3)
-    assert_close(at["flops_quadratic"], at["flops_linear"], what="crossover")
+    assert_close(x, 2 * 5 * 3 / (2 + 3), what="crossover 2 d_phi d_v / (d + d_v)")
+    at = viz.cost_model(np.array([x]), d=2, d_v=3, d_phi=5)
+    assert_close(at["flops_quadratic"], at["flops_linear"], what="equal FLOPs at the crossover")
     m = viz.decode_memory_model(np.array([1.0, 10.0, 100.0]), d=4, d_v=4, itemsize=2)
     np.testing.assert_array_equal(m["kv_cache"], [16.0, 160.0, 1600.0])
     np.testing.assert_array_equal(m["state"], [40.0, 40.0, 40.0])
-    with pytest.raises(ValueError, match="d_v must be a positive integer"):
+    with pytest.raises(ValueError, match="d_v=0 must be a positive integer"):
         viz.cost_model(10, d=2, d_v=0)
 
 
@@ -357,7 +361,7 @@ def test_cost_figure_draws_the_model_and_the_measurements():
     fig = viz.cost_figure(d=8, d_v=4, N=N, measured=measured)
     c = viz.cost_model(N, d=8, d_v=4)
     by_name = {(t.name, t.xaxis): t for t in fig.data}
-    assert_close(arr(by_name[("quadratic (N×N scores)", "x")].y), c["flops_quadratic"], what="flops")
+    assert_close(arr(by_name[("softmax (N×N scores)", "x")].y), c["flops_quadratic"], what="flops")
     assert_close(arr(by_name[("linear (state S, z)", "x2")].y), c["bytes_linear"], what="bytes")
     cross = by_name[("equal FLOPs", "x")]
     assert_close(arr(cross.x), [float(c["crossover_N"])], what="crossover marker")
