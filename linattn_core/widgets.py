@@ -194,8 +194,8 @@ def matrix_vs_state_explorer(N: int = 12, d: int = 4, d_v: int = 4,
 # 2. feature maps against softmax
 # ----------------------------------------------------------------------------------------------------
 def feature_map_explorer(N: int = 16, d: int = 8, d_v: int = 8,
-                         feature_maps: Sequence[Any] = ("identity", "elu+1", "relu", "softplus", "performer",
-                                                        "cosformer"),
+                         feature_maps: Sequence[Any] = ("elu+1", "relu", "softplus", "performer", "cosformer",
+                                                        "identity"),
                          seed: int = 1, static: bool | None = None) -> Explorer | go.Figure:
     """Pick a feature map: its normalised attention beside softmax's for the same q, k, the difference,
     and the distribution of the denominators φ(q_i)·Σ_j φ(k_j) (the identity map has some ≤ 0).
