@@ -1,0 +1,85 @@
+"""Auto-checked exercises for the linattn book, one module per chapter.
+
+Each chapter's exercises are attributes of its module; in a notebook::
+
+    from linattn_core import exercises
+
+    def causal_cumsum(q, k, v, phi):
+        ...  # your code here
+
+    exercises.causal.prefix_sums.check(causal_cumsum)  # prints feedback; truthy if right
+    exercises.causal.prefix_sums.hint(1)               # hint 1, 2, ... (more and more explicit)
+    exercises.causal.prefix_sums.solution()            # prints a reference solution
+    exercises.get("causal_cumsum")                     # the same exercise, by its name
+    exercises.catalogue()                              # all exercises, by chapter
+
+========================================  =========================  ==============
+exercise                                  name (``get``)             chapter
+========================================  =========================  ==============
+``exercises.softmax.attention``           ``softmax_attention``      softmax
+``exercises.softmax.score_matrix_bytes``  ``score_matrix_bytes``     softmax
+``exercises.associative.quadratic_form``  ``kernel_attention``       associative
+``exercises.associative.associative_form`` ``associative_attention`` associative
+``exercises.feature_maps.elu_plus_one``   ``elu_plus_one``           feature_maps
+``exercises.feature_maps.performer_features`` ``performer_features`` feature_maps
+``exercises.causal.prefix_sums``          ``causal_cumsum``          causal
+``exercises.causal.streaming_step``       ``streaming_step``         causal
+``exercises.tradeoffs.clamped_normalise`` ``clamped_normalise``      tradeoffs
+``exercises.tradeoffs.kv_cache_bytes``    ``kv_cache_bytes``         tradeoffs
+========================================  =========================  ==============
+
+``check(fn)`` runs ``fn`` on several seeded float64 inputs (one token, an odd length such as 7, a
+``d`` other than the examples', batch dimensions, and the edge cases each task states) and compares
+the result with ``linattn_core`` itself, computed before ``fn`` runs. It never raises: it says
+which input failed, the shape or the first mismatching position with its relative error, and, when
+the answer matches a typical mistake, what that mistake is (:mod:`.checker` says how).
+
+No exercise is named like a library function or a builtin, so ``from linattn_core.exercises
+import *`` hides nothing; the chapter modules are not in ``__all__`` either.
+"""
+
+from __future__ import annotations
+
+from . import associative, causal, feature_maps, softmax, tradeoffs
+from .checker import CheckResult, Exercise
+
+__all__ = ["EXERCISES", "CheckResult", "Exercise", "catalogue", "get"]
+
+_CHAPTERS = (softmax, associative, feature_maps, causal, tradeoffs)  # the book's order
+
+EXERCISES: dict[str, Exercise] = {
+    ex.name: ex
+    for chapter in _CHAPTERS
+    for ex in (getattr(chapter, attr) for attr in chapter.__all__)
+}
+
+
+def get(name: str) -> Exercise:
+    """The exercise called ``name`` (see :data:`EXERCISES`), e.g. ``get("causal_cumsum")``."""
+    try:
+        return EXERCISES[name]
+    except (KeyError, TypeError):
+        raise KeyError(f"no exercise named {name!r}; the names are: "
+                       f"{', '.join(EXERCISES)}") from None
+
+
+def catalogue() -> None:
+    """Print every exercise, grouped by chapter, with its difficulty and time."""
+    for chapter in _CHAPTERS:
+        short = chapter.__name__.rsplit(".", 1)[1]
+        print(f"{short}.md")
+        for ex in EXERCISES.values():
+            if ex.chapter == short:
+                stars = ("*" * ex.difficulty).ljust(3)
+                print(f"  {ex.path:<42} {stars} ~{ex.minutes:>2} min  {ex.title}")
+    print("Each has .check(fn), .hint(n) and .solution().")
+
+
+def __getattr__(name: str):
+    # Earlier spellings (exercises.causal_cumsum, exercises.list()) keep working in old notebooks;
+    # they are not exported, so a star import shadows neither a library function nor a builtin.
+    if name in EXERCISES:
+        return EXERCISES[name]
+    if name == "list":
+        return catalogue
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
