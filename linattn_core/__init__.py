@@ -54,10 +54,6 @@ __all__ = [
 import os as _os
 
 if _os.environ.get("LINATTN_BOOK_BUILD"):
-    try:
-        from . import viz as _viz  # book build: site-wide plotly.js renderer, no CDN
-    except ModuleNotFoundError as _err:  # viz not written yet: keep plotly's default renderer
-        if _err.name != f"{__name__}.viz":
-            raise
-    else:
-        _viz.use_static_renderer()
+    from . import viz as _viz  # book build: site-wide plotly.js renderer, no CDN
+
+    _viz.use_static_renderer()
