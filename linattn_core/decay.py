@@ -23,6 +23,7 @@ import math
 from typing import Any
 
 from . import _backend as B
+from . import linear_grad
 from .attention import normalise, warn_nonpositive
 from .feature_maps import as_feature_map, require_exact_products
 
@@ -152,6 +153,10 @@ def decayed_linear_attention(
     eps, normalize = B.check_eps(eps), B.check_flag(normalize, "normalize")
     where = "decayed_linear_attention"
     be, phi, phi_q, phi_k, v, log_g = _prepare(q, k, v, feature_map, decay, normalize, where)
+    if not return_state and linear_grad.needs_grad(phi_q, phi_k, v, log_g):  # training: O(N) memory
+        out = linear_grad.causal_linear_attention(phi_q, phi_k, v, phi, log_g=log_g, normalize=normalize,
+                                                  eps=eps, chunk_size=chunk_size, features=True)
+        return be.to_output(out)
     if method == "recurrent":
         num, den, S, z = _recurrent(phi_q, phi_k, v, log_g)
     else:

@@ -23,7 +23,7 @@ from __future__ import annotations
 from typing import Any
 
 from . import _backend as B
-from . import fast
+from . import fast, linear_grad
 from .attention import normalise, warn_nonpositive
 from .feature_maps import as_feature_map
 
@@ -96,6 +96,8 @@ def linear_attention(
     q, k, v = (be.to_compute(x) for x in (q, k, v))
     if causal and method == "auto":
         method = _auto_method(int(q.shape[-2]))
+    if causal and linear_grad.needs_grad(q, k, v):  # training: a backward pass in O(N) memory
+        return be.to_output(linear_grad.causal_linear_attention(q, k, v, phi, eps=eps, chunk_size=chunk_size))
     # the speed tier (linattn_core.fast): the same maths arranged for a CPU, or None where it does not apply
     result = fast.linear_attention(q, k, v, phi, causal=causal, eps=eps, method=method, chunk_size=chunk_size)
     out, den = result if result is not None else _reference(q, k, v, phi, causal, eps, method, chunk_size)

@@ -1,0 +1,467 @@
+"""The backward pass of causal linear attention, in O(N) memory: the chunked form run in reverse.
+
+Autograd through a forward form keeps whatever that form allocated (the cumsum form's
+``N x d_phi x d_v`` prefix states, the chunked form's per-chunk states and scores). Katharopoulos et
+al. (2020, sec. 3.3) observe that the gradients are prefix and suffix sums too, so they can be
+computed with the same O(N) memory as the forward pass. Here, with ``a_i = dL/dnum_i`` (the
+gradient on the numerator) and ``beta_i = dL/dden_i`` (on the denominator)::
+
+    num_i = sum_{j<=i} (phi(q_i) . phi(k_j)) v_j          den_i = sum_{j<=i} phi(q_i) . phi(k_j)
+    P_ij  = a_i . v_j + beta_i                            (j <= i): dL / d(phi(q_i) . phi(k_j))
+
+    dphi(q_i) = sum_{j<=i} P_ij phi(k_j)  = S_i a_i + beta_i z_i          (prefix sums, as forward)
+    dphi(k_j) = sum_{i>=j} P_ij phi(q_i)  = R_j v_j + r_j                  (suffix sums)
+    dv_j      = sum_{i>=j} (phi(q_i) . phi(k_j)) a_i = R_j^T phi(k_j)
+    with S_i = sum_{j<=i} phi(k_j) v_j^T, z_i = sum_{j<=i} phi(k_j),
+         R_j = sum_{i>=j} phi(q_i) a_i^T,  r_j = sum_{i>=j} beta_i phi(q_i).
+
+For ``out_i = num_i / c_i`` with ``c_i = max(den_i, eps)``: ``a_i = dout_i / c_i`` and
+``beta_i = -[den_i >= eps] (a_i . num_i) / c_i`` (no gradient where the clamp is active). Without
+the denominator (``normalize=False``) ``a_i = dout_i`` and ``beta = 0``.
+
+With a decay (``S_t = g_t S_{t-1} + phi(k_t) v_t^T``, see :mod:`linattn_core.decay`) every pair
+carries ``exp(b_i - b_j)`` with ``b_i = sum_{l<=i} log g_l``; the states decay the same way in both
+directions, and the gates' gradient is ``d log g_t = sum_{l>=t} (phi(q_l) . dphi(q_l) -
+phi(k_l) . dphi(k_l))`` (``b_l`` enters ``P_lj`` with a plus sign as the query's, with a minus sign
+as the key's).
+
+Chunked, as the forward (:func:`linattn_core.linear.causal_chunked`): inside a chunk of ``C`` tokens
+the masked ``C x C`` products, across chunks the states. The backward first runs the forward's state
+recurrence again and keeps only the state at the start of each block of chunks (``N / L`` states of
+``d_phi x d_v``, ``L`` tokens a block); then it walks the blocks from the last to the first,
+recomputing inside each block the per-chunk states ``S``, the scores and the outputs, and carrying
+the suffix states ``R, r`` backwards. The forward saves only its inputs: nothing per token, and never an
+``N x d_phi x d_v`` tensor. For an elementwise feature map the inputs are ``q`` and ``k`` themselves;
+``phi`` is recomputed a block at a time in the backward and its own gradient comes from ordinary
+autograd on that block, so neither ``phi(q)`` nor its gradient is ever stored whole.
+
+The backward is written with differentiable torch ops, so second derivatives (double backward)
+work too.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import math
+from collections.abc import Iterator
+from typing import Any
+
+from . import _backend as B
+from .attention import warn_nonpositive
+from .feature_maps import FeatureMap, Identity, as_feature_map
+
+__all__ = ["causal_linear_attention", "needs_grad", "switched_off"]
+
+# Tokens per block of chunks: the block's scores, (rows x C), and states, (chunks x d_phi x d_v),
+# stay small while each torch op still covers many chunks (the fixed cost of an op is paid rarely).
+_BLOCK_ROWS = 8192
+
+_OFF = [False]
+
+
+@contextlib.contextmanager
+def switched_off() -> Iterator[None]:
+    """Within this block, ``linear_attention`` and ``decayed_linear_attention`` leave gradients to
+    plain autograd through their torch forms (to compare with, or to measure what it keeps)."""
+    _OFF.append(True)
+    try:
+        yield
+    finally:
+        _OFF.pop()
+
+
+def needs_grad(*xs: Any) -> bool:
+    """True when some torch input needs a gradient now (autograd enabled and not switched off)."""
+    if _OFF[-1] or not B.is_torch(xs[0]):
+        return False
+    torch = B.torch_module()
+    return torch.is_grad_enabled() and any(x is not None and x.requires_grad for x in xs)
+
+
+def causal_linear_attention(
+    q: Any,
+    k: Any,
+    v: Any,
+    feature_map: Any = "elu+1",
+    *,
+    log_g: Any = None,
+    normalize: bool = True,
+    eps: float = 1e-6,
+    chunk_size: int = 64,
+    features: bool = False,
+) -> Any:
+    """Causal linear attention whose backward pass is the chunked form run in reverse (O(N) memory).
+
+    Parameters
+    ----------
+    q, k : torch.Tensor, shape (..., N, d)
+    v : torch.Tensor, shape (..., N, d_v)
+    feature_map : str, FeatureMap or callable
+        ``phi``. An elementwise map is applied a block at a time, in the backward too; any other is
+        applied to the whole sequence with ordinary autograd, and its features are the inputs.
+    log_g : torch.Tensor, shape (..., N), optional
+        ``log g_t`` of a decaying state (a constant or per-token gate, as in
+        :func:`linattn_core.decayed_linear_attention`); ``None`` for no decay. Its gradient is
+        computed too.
+    normalize : bool
+        Divide by ``max(den, eps)`` (True) or return the numerator alone.
+    eps : float
+    chunk_size : int
+        ``C``; any ``N`` works with any ``C``.
+    features : bool
+        ``q`` and ``k`` are already ``phi(q)`` and ``phi(k)`` (``feature_map`` then only names the
+        map in the warning about denominators <= 0).
+
+    Returns
+    -------
+    out : torch.Tensor, shape (..., N, d_v)
+        Equal to :func:`linattn_core.kernel_attention` (or the decayed reference) up to rounding.
+    """
+    # q, k: (..., N, d), v: (..., N, d_v), log_g: (..., N)
+    given = isinstance(feature_map, FeatureMap)
+    phi = feature_map if features and given else as_feature_map(feature_map, int(q.shape[-1]))
+    if features:
+        x_q, x_k, per_block = q, k, None
+    elif phi.elementwise:
+        x_q, x_k, per_block = q, k, None if isinstance(phi, Identity) else phi
+    else:
+        x_q, x_k = phi.pair(q, k, causal=True)  # (..., N, d_phi): whole, through ordinary autograd
+        per_block = None
+    C = B.check_positive_int(chunk_size, "chunk_size")
+    return _function().apply(x_q, x_k, v, log_g, per_block, phi, float(eps), C, bool(normalize))
+
+
+@functools.cache
+def _function() -> type:
+    """The ``torch.autograd.Function`` (made on first use: importing this module imports no torch)."""
+    torch = B.torch_module()
+
+    class CausalLinearAttention(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x_q, x_k, v, log_g, phi, phi_warn, eps, C, normalize):
+            # x_q, x_k: (..., N, d) inputs of phi (its features when phi is None), v: (..., N, d_v)
+            ctx.save_for_backward(x_q, x_k, v, log_g)
+            ctx.setup = (phi, eps, C, normalize)
+            if log_g is None and normalize:  # the library's forward (its fast path where there is one)
+                from .linear import linear_attention
+
+                return linear_attention(x_q, x_k, v, phi or Identity(), causal=True, eps=eps,
+                                        method="chunked", chunk_size=C)
+            out, den = forward(x_q, x_k, v, log_g, phi, eps, C, normalize)
+            if normalize:
+                warn_nonpositive(den, phi_warn, stacklevel=4)
+            return out
+
+        @staticmethod
+        def backward(ctx, dout):
+            x_q, x_k, v, log_g = ctx.saved_tensors
+            grads = backward(x_q, x_k, v, log_g, dout, *ctx.setup)
+            return (*grads, None, None, None, None, None)
+
+    return CausalLinearAttention
+
+
+# --- the chunked form, a block of chunks at a time ------------------------------------------------
+
+
+def _blocks(n: int, C: int, nb: int) -> list[tuple[int, int, int]]:
+    """Token ranges ``[a, b)`` of whole chunks of ``c`` tokens, about ``_BLOCK_ROWS / nb`` tokens
+    each, then the shorter last chunk on its own: ``[(a, b, c), ...]``."""
+    L = max(C, _BLOCK_ROWS // nb // C * C)
+    full = n // C * C
+    blocks = [(a, min(a + L, full), C) for a in range(0, full, L)]
+    if full < n:
+        blocks.append((full, n, n - full))
+    return blocks
+
+
+def _chunks(x: Any, a: int, b: int, c: int) -> Any:
+    """Tokens ``[a, b)`` of ``x: (nb, N, w)`` as chunks: ``(nb, G, c, w)``."""
+    return x[:, a:b].reshape(int(x.shape[0]), (b - a) // c, c, int(x.shape[-1])).contiguous()
+
+
+class _Decay:
+    """The decay factors of a block, from ``lam``: the cumulative log-gate inside each chunk.
+
+    lam: (nb, G, c) -> D (nb, G, c, c): ``exp(lam_i - lam_j)`` for ``j <= i``, else 0;
+    into (nb, G, c, 1): ``exp(lam_i)``, from the chunk's start to token i; tail (nb, G, c, 1):
+    ``exp(lam_last - lam_j)``, from token j to the chunk's end; gamma (nb, G): the whole chunk's.
+    Every exponent is <= 0: nothing overflows however long the sequence.
+    """
+
+    def __init__(self, lam: Any, mask: Any) -> None:
+        torch = B.torch_module()
+        gap = torch.where(mask, lam[..., :, None] - lam[..., None, :], -math.inf)
+        self.D = torch.exp(gap)
+        self.into = torch.exp(lam)[..., None]
+        self.tail = torch.exp(lam[..., -1:] - lam)[..., None]
+        self.gamma = torch.exp(lam[..., -1])
+
+
+def _decay(log_g: Any, a: int, b: int, c: int, mask: Any) -> _Decay | None:
+    if log_g is None:
+        return None
+    lam = log_g[:, a:b].reshape(int(log_g.shape[0]), (b - a) // c, c).cumsum(-1)  # (nb, G, c)
+    return _Decay(lam, mask)
+
+
+def _scan(S0: Any, parts: Any, decay: _Decay | None) -> tuple[Any, Any]:
+    """States before each chunk and after the block: ``S_{g+1} = gamma_g S_g + parts_g``.
+
+    S0: (nb, *s), parts: (nb, G, *s) -> before (nb, G, *s), after (nb, *s).
+    (G adds of nb states: torch's cumsum along a middle dimension is far slower on a CPU.)
+    """
+    torch = B.torch_module()
+    G = int(parts.shape[1])
+    states = [S0]
+    for g in range(G):
+        decayed = states[-1] if decay is None else _gamma(decay, g, S0) * states[-1]
+        states.append(decayed + parts[:, g])
+    return torch.stack(states[:G], 1), states[G]
+
+
+def _scan_back(R_end: Any, parts: Any, decay: _Decay | None) -> tuple[Any, Any]:
+    """Suffix states after each chunk and before the block: ``R_{g-1} = gamma_g R_g + parts_g``.
+
+    R_end: (nb, *s) (all later blocks), parts: (nb, G, *s) -> after (nb, G, *s), before (nb, *s)
+    """
+    torch = B.torch_module()
+    G = int(parts.shape[1])
+    states = [R_end]  # states[-1]: the state after chunk g, walking back
+    for g in range(G - 1, -1, -1):
+        decayed = states[-1] if decay is None else _gamma(decay, g, R_end) * states[-1]
+        states.append(decayed + parts[:, g])
+    return torch.stack(states[G - 1 :: -1], 1), states[G]
+
+
+def _gamma(decay: _Decay, g: int, like: Any) -> Any:
+    """The decay over chunk g, shaped to scale states like ``like: (nb, *s)``."""
+    return decay.gamma[:, g].reshape((-1,) + (1,) * (like.dim() - 1))
+
+
+def _mm(x: Any, y: Any, add: Any = None) -> Any:
+    """Products chunk by chunk, ``add + x @ y``: (nb, G, m, k) @ (nb, G, k, n) -> (nb, G, m, n).
+
+    One bmm (it takes transposed operands as they are, where a 4-D matmul would copy them); ``add``
+    (broadcast to the result) is added inside it, which saves a pass over the result.
+    """
+    torch = B.torch_module()
+    lead, x, y = tuple(x.shape[:2]), x.flatten(0, 1), y.flatten(0, 1)
+    out = torch.bmm(x, y) if add is None else torch.baddbmm(add.flatten(0, 1), x, y)
+    return out.unflatten(0, lead)
+
+
+def _masked(A: Any, decay: _Decay | None) -> Any:
+    """Scores or their gradients inside chunks, (nb, G, c, c): keep ``j <= i``, decayed."""
+    return A.tril_() if decay is None else A * decay.D
+
+
+def _T(x: Any) -> Any:
+    return x.transpose(-1, -2)
+
+
+def _decayed(x: Any, factor: Any, decay: _Decay | None) -> Any:
+    """``x * decay.<factor>`` (one of D, into, tail); ``x`` itself without decay."""
+    return x if decay is None else x * getattr(decay, factor)
+
+
+def _block_forward(Q: Any, K: Any, V: Any, decay: _Decay | None, S0: Any, z0: Any) -> tuple:
+    """One block: Q, K: (nb, G, c, f), V: (nb, G, c, d_v); S0: (nb, f, d_v), z0: (nb, f) or None,
+    the state before it.
+
+    -> scores A (nb, G, c, c) (masked, decayed), num (nb, G, c, d_v), den (nb, G, c) or None, the
+    states before each chunk (S: (nb, G, f, d_v), z: (nb, G, f)) and after the block.
+    """
+    A = _masked(_mm(Q, _T(K)), decay)  # (nb, G, c, c)
+    Kt = _decayed(K, "tail", decay)  # phi(k_j), decayed to the chunk's end
+    S_before, S_after = _scan(S0, _mm(_T(Kt), V), decay)
+    num = _mm(A, V, add=_decayed(_mm(Q, S_before), "into", decay))  # inside the chunk + before it
+    if z0 is None:
+        return A, num, None, (S_before, None), (S_after, None)
+    z_before, z_after = _scan(z0, Kt.sum(-2), decay)  # (nb, G, f)
+    den = A.sum(-1) + _decayed(_mm(Q, z_before[..., None]), "into", decay)[..., 0]
+    return A, num, den, (S_before, z_before), (S_after, z_after)
+
+
+def _features(phi: FeatureMap | None, x: Any) -> Any:
+    return x if phi is None else phi(x)
+
+
+def _dim(phi: FeatureMap | None, x: Any) -> int:
+    return phi.output_dim(int(x.shape[-1])) if phi is not None else int(x.shape[-1])
+
+
+def _zero_state(X: Any, f: int, d_v: int, normalize: bool) -> tuple[Any, Any]:
+    """``S = 0: (nb, f, d_v)`` and ``z = 0: (nb, f)`` (None when there is no denominator)."""
+    nb = int(X.shape[0])
+    return X.new_zeros((nb, f, d_v)), (X.new_zeros((nb, f)) if normalize else None)
+
+
+def forward(x_q: Any, x_k: Any, v: Any, log_g: Any, phi: FeatureMap | None, eps: float, C: int,
+            normalize: bool) -> tuple[Any, Any]:
+    """The chunked forward, a block of chunks at a time: out (..., N, d_v), den (..., N) or None."""
+    torch = B.torch_module()
+    lead, n, d_v = tuple(v.shape[:-2]), int(v.shape[-2]), int(v.shape[-1])
+    X_q, X_k, V, lg, nb = _flat(x_q, x_k, v, log_g)
+    S, z = _zero_state(X_q, _dim(phi, X_q), d_v, normalize)
+    outs, dens = [], []
+    for a, b, c in _blocks(n, C, nb):
+        mask = B.causal_mask(c, X_q)
+        Q, K = _features(phi, _chunks(X_q, a, b, c)), _features(phi, _chunks(X_k, a, b, c))
+        _, num, den, _, (S, z) = _block_forward(Q, K, _chunks(V, a, b, c), _decay(lg, a, b, c, mask),
+                                                S, z)
+        if normalize:
+            num = num / den.clamp_min(eps)[..., None]
+            dens.append(den.reshape(nb, b - a))
+        outs.append(num.reshape(nb, b - a, d_v))
+    out = torch.cat(outs, 1).reshape(lead + (n, d_v))
+    return out, (torch.cat(dens, 1).reshape(lead + (n,)) if normalize else None)
+
+
+def _flat(x_q: Any, x_k: Any, v: Any, log_g: Any) -> tuple:
+    """Leading dims flattened: (nb, N, .) and log_g (nb, N) (or None); and nb."""
+    n = int(v.shape[-2])
+    X_q, X_k = x_q.reshape(-1, n, int(x_q.shape[-1])), x_k.reshape(-1, n, int(x_k.shape[-1]))
+    V = v.reshape(-1, n, int(v.shape[-1]))
+    lg = None if log_g is None else log_g.reshape(-1, n)
+    return X_q, X_k, V, lg, int(V.shape[0])
+
+
+def backward(x_q: Any, x_k: Any, v: Any, log_g: Any, dout: Any, phi: FeatureMap | None, eps: float,
+             C: int, normalize: bool) -> tuple[Any, Any, Any, Any]:
+    """Gradients with respect to ``x_q, x_k, v, log_g`` (``None`` for ``log_g`` when it is None).
+
+    Pass 1 runs the state recurrence forwards and keeps the state at the start of each block;
+    pass 2 walks the blocks backwards (see the module docstring for the formulas).
+    """
+    torch = B.torch_module()
+    create_graph = torch.is_grad_enabled()  # double backward: keep the graph of these ops
+    X_q, X_k, V, lg, nb = _flat(x_q, x_k, v, log_g)
+    dOut = dout.reshape(V.shape)  # (nb, N, d_v)
+    n, f, d_v = int(V.shape[1]), _dim(phi, X_q), int(V.shape[-1])
+    blocks = _blocks(n, C, nb)
+    # pass 1: (S, z) at the start of each block (N / L states of f x d_v)
+    S, z = _zero_state(X_q, f, d_v, normalize)
+    starts = []
+    for a, b, c in blocks:
+        starts.append((S, z))
+        decay = _decay(lg, a, b, c, B.causal_mask(c, X_q))
+        Kt = _decayed(_features(phi, _chunks(X_k, a, b, c)), "tail", decay)
+        S = _scan(S, _mm(_T(Kt), _chunks(V, a, b, c)), decay)[1]
+        z = None if z is None else _scan(z, Kt.sum(-2), decay)[1]
+    # pass 2: from the last block to the first, carrying the suffix states (R, r)
+    grads = _Grads(X_q, X_k, V, lg, create_graph)
+    R, r = _zero_state(X_q, f, d_v, normalize)
+    for (a, b, c), (S0, z0) in zip(reversed(blocks), reversed(starts), strict=True):
+        mask = B.causal_mask(c, X_q)
+        decay = _decay(lg, a, b, c, mask)
+        (Q, xq), (K, xk) = (_features_grad(phi, _chunks(X, a, b, c), create_graph) for X in (X_q, X_k))
+        Vc = _chunks(V, a, b, c)
+        A, num, den, before, _ = _block_forward(Q, K, Vc, decay, S0, z0)
+        g, beta = _grad_of_num_den(num, den, _chunks(dOut, a, b, c), eps)
+        dQ, dK, dV, (R, r) = _block_backward(Q, K, Vc, A, before, g, beta, decay, (R, r))
+        grads.put(a, b, phi, (Q, xq, dQ), (K, xk, dK), dV)
+    dx_q, dx_k, dv, dlog_g = grads.result()
+    return (dx_q.reshape(x_q.shape), dx_k.reshape(x_k.shape), dv.reshape(v.shape),
+            None if log_g is None else dlog_g.reshape(log_g.shape))
+
+
+def _features_grad(phi: FeatureMap | None, x: Any, create_graph: bool) -> tuple[Any, Any]:
+    """phi of a block with the graph of phi alone: (features, what autograd needs to map their
+    gradient back: the input and the features with their graph)."""
+    if phi is None:
+        return x, None
+    torch = B.torch_module()
+    with torch.enable_grad():
+        x_in = x if create_graph else x.detach().requires_grad_()
+        feats = phi(x_in)
+    return (feats if create_graph else feats.detach()), (x_in, feats)
+
+
+def _grad_of_num_den(num: Any, den: Any, dout: Any, eps: float) -> tuple[Any, Any]:
+    """``a = dL/dnum`` and ``beta = dL/dden`` from ``out = num / max(den, eps)``; ``(dout, None)``
+    without a denominator.
+
+    num, dout: (nb, G, c, d_v), den: (nb, G, c) -> a (nb, G, c, d_v), beta (nb, G, c)
+    """
+    if den is None:
+        return dout, None
+    c = den.clamp_min(eps)
+    a = dout / c[..., None]
+    beta = -(a * num).sum(-1) / c * (den >= eps)  # no gradient through an active clamp
+    return a, beta
+
+
+def _block_backward(Q: Any, K: Any, V: Any, A: Any, before: tuple, g: Any, beta: Any,
+                    decay: _Decay | None, later: tuple) -> tuple:
+    """One block backwards.
+
+    Q, K: (nb, G, c, f), V, g (= a): (nb, G, c, d_v), beta: (nb, G, c) or None, A: (nb, G, c, c) the
+    masked, decayed scores, before: the states (S, z) before each chunk, later: the suffix states
+    (R: (nb, f, d_v), r: (nb, f)) of the later blocks -> dQ, dK (nb, G, c, f), dV (nb, G, c, d_v)
+    and the suffix states before the block.
+    """
+    (S_before, z_before), (R_end, r_end) = before, later
+    with_beta = None if beta is None else beta[..., None]  # (nb, G, c, 1)
+    P = _masked(_mm(g, _T(V), add=with_beta), decay)  # (nb, G, c, c): P_ij = a_i . v_j + beta_i
+    # S_i a_i + beta_i z_i from the earlier chunks: (nb, G, c, f)
+    dQ_earlier = _mm(g, _T(S_before), add=None if beta is None else _mm(with_beta, z_before[:, :, None]))
+    dQ = _mm(P, K, add=_decayed(dQ_earlier, "into", decay))
+    Qi = _decayed(Q, "into", decay)  # phi(q_i), decayed from the chunk's start
+    R_after, R_before = _scan_back(R_end, _mm(_T(Qi), g), decay)  # (nb, G, f, d_v)
+    r_after, r_before = None, None
+    if beta is not None:  # r_j = sum_{i>=j} beta_i phi(q_i): (nb, G, f)
+        r_after, r_before = _scan_back(r_end, _mm(_T(Qi), with_beta)[..., 0], decay)
+    # R_j v_j + r_j from the later chunks: (nb, G, c, f)
+    dK_later = _mm(V, _T(R_after), add=None if beta is None else r_after[:, :, None])
+    dK = _mm(_T(P), Q, add=_decayed(dK_later, "tail", decay))
+    dV = _mm(_T(A), g, add=_decayed(_mm(K, R_after), "tail", decay))
+    return dQ, dK, dV, (R_before, r_before)
+
+
+class _Grads:
+    """Collects the blocks' gradients: written into whole tensors, or (double backward) kept as
+    differentiable pieces and joined at the end. Maps features' gradients through phi's autograd."""
+
+    def __init__(self, X_q: Any, X_k: Any, V: Any, lg: Any, create_graph: bool) -> None:
+        torch = B.torch_module()
+        self.create_graph, self.decay = create_graph, lg is not None
+        self.pieces: list[tuple] = []
+        if not create_graph:
+            self.whole = [torch.empty_like(X_q), torch.empty_like(X_k), torch.empty_like(V)]
+            self.dB = torch.empty_like(lg) if lg is not None else None
+
+    def put(self, a: int, b: int, phi: FeatureMap | None, q: tuple, k: tuple, dV: Any) -> None:
+        torch = B.torch_module()
+        nb = int(dV.shape[0])
+        rows = []
+        dB = None
+        if self.decay:  # d b_l = phi(q_l) . dphi(q_l) - phi(k_l) . dphi(k_l)
+            dB = ((q[0] * q[2]).sum(-1) - (k[0] * k[2]).sum(-1)).reshape(nb, b - a)
+        for _, x, dF in (q, k):
+            dF = dF.reshape(nb, b - a, int(dF.shape[-1]))
+            if phi is not None:
+                x_in, f = x
+                dF = torch.autograd.grad(f, x_in, dF.reshape(f.shape), create_graph=self.create_graph)[0]
+            rows.append(dF.reshape(nb, b - a, int(dF.shape[-1])))
+        rows.append(dV.reshape(nb, b - a, int(dV.shape[-1])))
+        if self.create_graph:
+            self.pieces.append((*rows, dB))
+            return
+        for whole, piece in zip(self.whole, rows, strict=True):
+            whole[:, a:b] = piece
+        if dB is not None:
+            self.dB[:, a:b] = dB
+
+    def result(self) -> tuple[Any, Any, Any, Any]:
+        torch = B.torch_module()
+        if self.create_graph:
+            parts = list(zip(*reversed(self.pieces), strict=True))  # blocks came last to first
+            dq, dk, dv = (torch.cat(p, 1) for p in parts[:3])
+            dB = torch.cat(parts[3], 1) if self.decay else None
+        else:
+            (dq, dk, dv), dB = self.whole, self.dB
+        # b_l = sum_{t<=l} log g_t, so d log g_t = sum_{l>=t} d b_l (a suffix sum)
+        dlog_g = None if dB is None else dB.flip(-1).cumsum(-1).flip(-1)
+        return dq, dk, dv, dlog_g
