@@ -34,7 +34,7 @@ SOL = {ex.name: ex.solution_fn for ex in ALL}
 CHAPTER_PATHS = {
     "softmax": {"exercises.softmax.attention", "exercises.softmax.score_matrix_bytes"},
     "associative": {"exercises.associative.quadratic_form",
-                    "exercises.associative.associative_form"},
+                    "exercises.associative.associative_form", "exercises.associative.crossover"},
     "feature_maps": {"exercises.feature_maps.elu_plus_one",
                      "exercises.feature_maps.performer_features"},
     "causal": {"exercises.causal.prefix_sums", "exercises.causal.streaming_step"},
@@ -43,6 +43,7 @@ CHAPTER_PATHS = {
 ARRAY = [ex for ex in ALL if ex.kind == "array"]
 ATTENTION = [ex for ex in ARRAY if ex.arg_names[:3] == ("q", "k", "v")]
 WITH_PHI = [ex for ex in ATTENTION if "phi" in ex.arg_names]
+WITH_ARRAYS = [ex for ex in ALL if ex.kind in ("array", "triple")]  # array arguments
 
 
 def run_check(ex, fn, capsys) -> tuple[bool, str]:
@@ -920,8 +921,7 @@ def _mutate_all(args):
             a[...] = 0.0
 
 
-@pytest.mark.parametrize("ex", [e for e in ALL if e.kind != "int"],
-                         ids=[e.name for e in ALL if e.kind != "int"])
+@pytest.mark.parametrize("ex", WITH_ARRAYS, ids=[e.name for e in WITH_ARRAYS])
 def test_mutating_inputs_after_answering_is_caught(ex, capsys):
     def fn(*args):
         out = ex.solution_fn(*[a.copy() if isinstance(a, np.ndarray) else a for a in args])
@@ -932,8 +932,7 @@ def test_mutating_inputs_after_answering_is_caught(ex, capsys):
     assert not ok and "changed its input" in out, out
 
 
-@pytest.mark.parametrize("ex", [e for e in ALL if e.kind != "int"],
-                         ids=[e.name for e in ALL if e.kind != "int"])
+@pytest.mark.parametrize("ex", WITH_ARRAYS, ids=[e.name for e in WITH_ARRAYS])
 def test_mutating_inputs_then_answering_on_them_is_caught(ex, capsys):
     def fn(*args):
         for a in args:
@@ -1123,6 +1122,37 @@ def test_solutions_agree_with_the_quadratic_reference():
         assert_close(SOL[name](q, k, v, phi), kernel_attention(q, k, v, phi, causal=causal),
                      what=name)
     assert_close(SOL["softmax_attention"](q, k, v), softmax_attention(q, k, v), what="softmax")
+
+
+@pytest.mark.parametrize(("d_phi", "d_v"), [(64, 64), (256, 64), (16, 128), (7, 3), (1, 1)])
+def test_crossover_is_the_cost_model_crossover(d_phi, d_v):
+    # the exercise's answer is the one cost model's, which the chapter quotes
+    from linattn_core import timing
+
+    expected = timing.flop_crossover("kernel", "linear", d=d_phi, d_v=d_v, d_phi=d_phi)
+    ex = exercises.associative.crossover
+    assert_close(np.float64(ex.reference(d_phi, d_v)), np.float64(expected), what="reference")
+    assert_close(np.float64(ex.solution_fn(d_phi, d_v)), np.float64(expected), what="solution")
+
+
+def cl_half(d_phi, d_v):
+    return d_phi * d_v / (d_phi + d_v)
+
+
+def cl_floor(d_phi, d_v):
+    return 2 * d_phi * d_v // (d_phi + d_v)
+
+
+def cl_with_normaliser(d_phi, d_v):
+    return 2 * d_phi * (d_v + 1) / (d_phi + d_v + 1)
+
+
+@pytest.mark.parametrize(("fn", "message"), [(cl_half, "off by a factor 2"),
+                                             (cl_floor, "integer division"),
+                                             (cl_with_normaliser, "normaliser terms")])
+def test_crossover_mistakes(fn, message, capsys):
+    ok, out = run_check(exercises.associative.crossover, fn, capsys)
+    assert not ok and message in out, out
 
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])

@@ -10,7 +10,7 @@ from ._numpy import NO_PHI, causal_mask, row_normalise, softmax_rows, t
 from .checker import Exercise, Mistake
 from .inputs import EPS, Case, attention_cases, elu_phi, lib_phi, qkv
 
-__all__ = ["associative_form", "quadratic_form"]
+__all__ = ["associative_form", "crossover", "quadratic_form"]
 
 
 def _solution_kernel_attention(q, k, v, phi, eps=1e-6):
@@ -184,4 +184,72 @@ associative_form = Exercise(
     minutes=15,
     success="Same numbers as the quadratic form, in O(N d_phi d_v) time and O(d_phi d_v) extra "
             "memory: that re-bracketing is all of linear attention.",
+)
+
+
+def _solution_crossover_length(d_phi, d_v):
+    # kernel form: 2 N^2 (d_phi + d_v) FLOPs; associative form: 4 N d_phi d_v (leading terms)
+    # equal where 2 N (d_phi + d_v) = 4 d_phi d_v
+    return 2 * d_phi * d_v / (d_phi + d_v)
+
+
+def _ref_crossover_length(d_phi, d_v):
+    # the cost model's leading terms; tests/test_exercises.py holds this to timing.flop_crossover
+    return 2.0 * d_phi * d_v / (d_phi + d_v)
+
+
+crossover = Exercise(
+    name="crossover_length",
+    path="exercises.associative.crossover",
+    fn_name="crossover_length",
+    chapter="associative",
+    title="Below which length is the quadratic kernel form cheaper?",
+    task="""
+        Write `crossover_length(d_phi, d_v)` returning the sequence length N (a float) at which
+        the quadratic kernel form (phi(Q) phi(K)^T) V and the associative form need the same
+        number of FLOPs, from the leading terms of the chapter's table: 2 N^2 (d_phi + d_v)
+        against 4 N d_phi d_v (the normaliser rows are lower order and left out). Below that N
+        the quadratic form is cheaper. check() tries d_phi = d_v, d_phi = 256 with d_v = 64,
+        d_phi != d_v both ways, and one-dimensional heads.
+    """,
+    arg_names=("d_phi", "d_v"),
+    cases=lambda: [
+        Case("elu+1, d_phi = d_v = 64", (64, 64)),
+        Case("a Performer with 256 features, d_v = 64", (256, 64)),
+        Case("d_phi = 16, d_v = 128", (16, 128)),
+        Case("d_phi = 7, d_v = 3", (7, 3)),
+        Case("one-dimensional head", (1, 1)),
+    ],
+    reference=_ref_crossover_length,
+    solution_fn=_solution_crossover_length,
+    hints=[
+        "Write both costs as functions of N: the quadratic one grows like N^2, the associative "
+        "one like N. They are equal at one N > 0.",
+        "2 N^2 (d_phi + d_v) = 4 N d_phi d_v: divide both sides by 2 N (d_phi + d_v).",
+    ],
+    kind="number",
+    mistakes=[
+        Mistake(lambda f, v: f * v / (f + v),
+                "you are off by a factor 2: the associative form does two products of N d_phi d_v "
+                "multiply-adds (S, then phi(Q) S), 4 N d_phi d_v FLOPs in all."),
+        Mistake(lambda f, v: 4 * f * v / (f + v),
+                "you are off by a factor 2: the quadratic form costs 2 N^2 (d_phi + d_v) FLOPs "
+                "(one multiply-add is 2 FLOPs on both sides)."),
+        Mistake(lambda f, v: 2 * f * v / (2 * v), "you used the softmax count with d = d_v; this "
+                "is the kernel form, whose scores have width d_phi: 2 N^2 (d_phi + d_v)."),
+        Mistake(lambda f, v: (f + v) / 2,
+                "that is the mean of d_phi and d_v; solve 2 N^2 (d_phi + d_v) = 4 N d_phi d_v "
+                "for N."),
+        Mistake(lambda f, v: 2 * f * (v + 1) / (f + v + 1),
+                "you kept the normaliser terms (row sums, z and phi(Q) z); the task asks for the "
+                "leading terms of the table only."),
+        Mistake(lambda f, v: 2 * f * v // (f + v),
+                "you used integer division (//): the crossover is a real number, use /."),
+        Mistake(lambda f, v: (2 * f * v / (f + v)) ** 2,
+                "you returned N^2; return the length N."),
+    ],
+    difficulty=1,
+    minutes=10,
+    success="For elu+1 with d_phi = d_v the crossover is d_phi itself; wider feature maps move it "
+            "out. Measured times cross elsewhere: see the timing chapter.",
 )

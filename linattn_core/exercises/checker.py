@@ -172,8 +172,8 @@ class Exercise:
         A model solution in plain numpy; ``solution()`` prints its source.
     hints : sequence of str
         Progressive hints, the last one nearly the solution.
-    kind : {"array", "triple", "int"}
-        What ``fn`` returns.
+    kind : {"array", "triple", "int", "number"}
+        What ``fn`` returns (``"number"``: a real number, equal to rounding).
     mistakes : sequence of Mistake
         Typical wrong answers, tried when the reader's answer is wrong.
     forbid_warnings : bool
@@ -228,8 +228,10 @@ class Exercise:
             self._compare, self._same = compare.compare_triple, compare.same_triple
         elif kind == "int":
             self._compare, self._same = compare.compare_int, compare.same_int
+        elif kind == "number":
+            self._compare, self._same = compare.compare_number, compare.same_number
         else:
-            raise ValueError(f"kind must be 'array', 'triple' or 'int', got {kind!r}")
+            raise ValueError(f"kind must be 'array', 'triple', 'int' or 'number', got {kind!r}")
 
     # -- public API ---------------------------------------------------------------------------
     def __call__(self, fn: Callable) -> CheckResult:
@@ -406,7 +408,9 @@ class Exercise:
         lines += self._diagnose(fn, case, expected, run.result, passed_unbatched)
         if run.warnings:
             lines.append(f"  numpy warned: {_warning_text(run.warnings)}.")
-        if number > 1:
+        if number == 2:
+            lines.append("  (Input #1 was right.)")
+        elif number > 2:
             lines.append(f"  (Inputs #1 to #{number - 1} were right.)")
         lines.append(f"  Stuck? {self.path}.hint(1)")
         return "\n".join(lines)

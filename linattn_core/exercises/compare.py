@@ -279,3 +279,33 @@ def same_int(a: Any, b: Any) -> bool:
             and not isinstance(a, (bool, np.bool_)) and float(a) == float(b)
     except (TypeError, ValueError, OverflowError):
         return False
+
+
+def compare_number(got: Any, expected: float) -> str | None:
+    """A real number (int or float, numpy scalars included) equal to ``expected`` to rounding."""
+    if got is None:
+        return "your function returned None"
+    if is_generator(got):
+        return GENERATOR
+    if isinstance(got, (bool, np.bool_)):
+        return f"your function returned a bool ({got}), expected a number"
+    if isinstance(got, np.ndarray) and got.ndim == 0 and got.dtype.kind in "iuf":
+        got = got[()]
+    if not isinstance(got, (int, float, np.integer, np.floating)):
+        return f"your function returned a {type_name(got)}, expected a number (a float)"
+    value = float(got) if not isinstance(got, int) or abs(got).bit_length() < 1000 else math.inf
+    if math.isfinite(value) and math.isclose(value, expected, rel_tol=RTOL, abs_tol=ATOL):
+        return None
+    text = f"expected {expected:.10g}, got {value:.10g}"
+    if expected and math.isfinite(value):
+        text += f" ({value / expected:.4g} times the right number)"
+    return text
+
+
+def same_number(a: Any, b: Any) -> bool:
+    try:
+        return isinstance(a, (int, float, np.integer, np.floating)) \
+            and not isinstance(a, (bool, np.bool_)) \
+            and math.isclose(float(a), float(b), rel_tol=RTOL, abs_tol=ATOL)
+    except (TypeError, ValueError, OverflowError):
+        return False
