@@ -267,7 +267,7 @@ def test_counts_reject_bad_input():
         T.flops("flash", 8, 4, 4)
     with pytest.raises(ValueError, match="causal=True"):
         T.flops("recurrent", 8, 4, 4)
-    with pytest.raises(ValueError, match="N=0"):
+    with pytest.raises(ValueError, match="N must be a positive integer, got 0"):
         T.predicted_bytes("linear", 0, 4, 4)
 
 
@@ -421,7 +421,7 @@ def test_records_carry_metadata_and_serialise():
 
 def test_sweep_rejects_bad_input():
     m = [T.Method("linear", False, _identity)]
-    with pytest.raises(ValueError, match=r"lengths\[0\]=0"):
+    with pytest.raises(ValueError, match=r"lengths\[0\] must be a positive integer, got 0"):
         T.sweep(m, [0, 8], device="cpu", progress=False)
     with pytest.raises(ValueError, match="memory_fraction"):
         T.sweep(m, [8], device="cpu", memory_fraction=1.5, progress=False)

@@ -350,7 +350,7 @@ def test_cost_model_is_the_timing_model():
     m = viz.decode_memory_model(np.array([1.0, 10.0, 100.0]), d=4, d_v=4, itemsize=2)
     np.testing.assert_array_equal(m["kv_cache"], [16.0, 160.0, 1600.0])
     np.testing.assert_array_equal(m["state"], [40.0, 40.0, 40.0])
-    with pytest.raises(ValueError, match="d_v=0 must be a positive integer"):
+    with pytest.raises(ValueError, match="d_v must be a positive integer, got 0"):
         viz.cost_model(10, d=2, d_v=0)
 
 

@@ -29,6 +29,8 @@ from typing import Any
 
 import numpy as np
 
+from .._backend import check_positive_int
+
 __all__ = [
     "COUNTED",
     "METHODS",
@@ -52,10 +54,10 @@ _SKIPS_BY_DEFAULT = ("sdpa",)
 
 
 def check_sizes(**sizes: int) -> None:
-    """Raise a ValueError naming the first size that is not a positive integer."""
+    """Raise a ValueError naming the first size that is not a positive integer (the package's one rule,
+    :func:`linattn_core._backend.check_positive_int`)."""
     for name, value in sizes.items():
-        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-            raise ValueError(f"{name}={value!r} must be a positive integer")
+        check_positive_int(value, name)
 
 
 def _kind(method: str, causal: bool) -> str:

@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from ..timing.cost import check_sizes
 from .style import as_float
 
 
@@ -49,9 +50,7 @@ def feature_pair(phi: Any, q: np.ndarray, k: np.ndarray, causal: bool) -> tuple[
 def seeded_qkv(N: int, d: int, d_v: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Seeded standard-normal ``q, k: (N, d)`` and ``v: (N, d_v)`` in float64 (signed, as in the tests)."""
     # q, k: (N, d), v: (N, d_v)
-    for name, val in (("N", N), ("d", d), ("d_v", d_v)):
-        if not isinstance(val, (int, np.integer)) or val < 1:
-            raise ValueError(f"{name} must be a positive integer, got {val!r}")
+    check_sizes(N=N, d=d, d_v=d_v)
     rng = np.random.default_rng(seed)
     return rng.standard_normal((N, d)), rng.standard_normal((N, d)), rng.standard_normal((N, d_v))
 
@@ -205,9 +204,7 @@ def chunk_layout(N: int, chunk_size: int) -> np.ndarray:
     """Integer (N, N) map of causal attention computed chunkwise: 0 future (j > i), 1 same chunk and
     j ≤ i (the masked product inside a chunk), 2 key in an earlier chunk (folded into the state S, z
     carried into query i's chunk). Any ``N`` works with any ``chunk_size`` (the last chunk may be short)."""
-    for name, val in (("N", N), ("chunk_size", chunk_size)):
-        if not isinstance(val, (int, np.integer)) or val < 1:
-            raise ValueError(f"{name} must be a positive integer, got {val!r}")
+    check_sizes(N=N, chunk_size=chunk_size)
     i = np.arange(N)[:, None]
     j = np.arange(N)[None, :]
     same = (i // chunk_size) == (j // chunk_size)
