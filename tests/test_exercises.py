@@ -647,6 +647,29 @@ def test_typical_mistake_is_diagnosed(name, fn, message, capsys):
     assert "Correct!" not in out
 
 
+MISTAKES = [(ex, i) for ex in ALL for i in range(len(ex.mistakes))]
+
+
+@pytest.mark.parametrize(("ex", "i"), MISTAKES, ids=[f"{ex.name}-{i}" for ex, i in MISTAKES])
+def test_every_registered_mistake_fails_and_is_named(ex, i, capsys):
+    # no typical mistake is dead (right on every input), and each one gets its own diagnosis, or,
+    # where numpy refuses its shapes, the advice for that exception
+    mistake = ex.mistakes[i]
+    ok, out = run_check(ex, mistake.fn, capsys)
+    assert not ok, out
+    assert " ".join(mistake.message.split()) in out or (
+        "raised" in out and any(" ".join(advice.split()) in out
+                                for _, advice in ex.exception_hints)), out
+
+
+def test_show_mistakes_runs_check_on_each(capsys):
+    ex = exercises.tradeoffs.clamped_normalise
+    ex.show_mistakes()
+    out = capsys.readouterr().out
+    assert out.count("--- Wrong answer") == len(ex.mistakes)
+    assert out.count("Not yet") == len(ex.mistakes) and "Correct!" not in out
+
+
 # --------------------------------------------------------------------------------------------------
 # Every rule a task states is exercised: an answer that breaks only that rule fails
 # --------------------------------------------------------------------------------------------------
