@@ -179,7 +179,8 @@ def format_results(records: Sequence[T.Record], matmul_gflops: float) -> str:
     head = (f"{'method':<22} {'N':>6} {'median':>11} {'IQR':>10} {'peak mem':>10} {'GFLOP/s':>8} "
             f"{'of matmul':>9}")
     lines = [head, "-" * len(head)]
-    for r in sorted(records, key=lambda r: (r.causal, T.METHODS.index(r.method), r.N)):
+    order = {m: i for i, m in enumerate(T.METHODS)}  # methods the cost model does not list come last
+    for r in sorted(records, key=lambda r: (r.causal, order.get(r.method, len(order)), r.method, r.N)):
         if r.measured:
             frac = r.gflops / matmul_gflops
             lines.append(f"{r.label:<22} {r.N:>6} {_ms(r.median_s):>11} {_ms(r.q75_s - r.q25_s):>10} "
