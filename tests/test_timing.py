@@ -469,6 +469,9 @@ def test_figures_show_measured_methods_only():
     assert list(with_line.data[-1].x) == [100.0, 100.0] and "N ≈ 100" in with_line.data[-1].name
     mem = T.memory_figure(recs)
     assert_close(np.array(mem.data[0].y), np.array([64.0, 128.0]) / 1024)
+    for fig in (with_line, mem):  # legends below the plot, where long method names fit at any width
+        assert fig.layout.legend.orientation == "h" and fig.layout.legend.y < 0
+        assert fig.layout.xaxis.tickformat == "~s" and fig.layout.yaxis.tickformat == "~g"
 
 
 def test_threads_option_is_applied_and_restored():

@@ -427,3 +427,38 @@ def test_every_figure_has_alt_text_and_latex_free_titles(mvs, fmc, curves):
         assert len(fig.layout.meta["alt"]) > 20
         texts = [fig.layout.title.text or ""] + [a.text for a in fig.layout.annotations]
         assert not any("$" in t or "\\" in t for t in texts), texts
+
+
+def _contrast_on_white(hex_colour: str) -> float:
+    """WCAG contrast ratio of a colour against white."""
+    rgb = [int(hex_colour[i:i + 2], 16) / 255 for i in (1, 3, 5)]
+    lin = [c / 12.92 if c <= 0.03928 else ((c + 0.055) / 1.055) ** 2.4 for c in rgb]
+    luminance = 0.2126 * lin[0] + 0.7152 * lin[1] + 0.0722 * lin[2]
+    return 1.05 / (luminance + 0.05)
+
+
+def test_series_palette_is_visible_on_white():
+    # thin lines need a contrast of 3:1 (WCAG, graphical objects); Okabe-Ito's yellow has 1.3
+    assert len(set(viz.PALETTE)) == len(viz.PALETTE) >= 7
+    assert min(_contrast_on_white(c) for c in viz.PALETTE) >= 3.0
+    assert _contrast_on_white("#F0E442") < 3.0  # the check can fail
+
+
+def test_log_axes_label_every_tick_with_its_value():
+    fig = viz.cost_figure(measured=[{"N": 64, "method": "cumsum", "median_s": 1e-3},
+                                    {"N": 128, "method": "cumsum", "median_s": 2e-3}])
+    axes = [fig.layout[k] for k in fig.layout if k.startswith(("xaxis", "yaxis"))]
+    logs = [ax for ax in axes if ax.type == "log"]
+    assert len(logs) == 8 and all(ax.tickformat in ("~s", "~g") for ax in logs)
+    assert viz.log_axis(si=True) == {"type": "log", "tickformat": "~s"}
+
+
+def test_legend_below_makes_room_for_every_row():
+    fig = go.Figure([go.Scatter(x=[1, 2], y=[1, 2], name=f"a long method name number {i} (causal)")
+                     for i in range(7)])
+    fig.update_layout(height=400)
+    rows = viz.style.legend_rows([tr.name for tr in fig.data])
+    assert rows >= 2
+    viz.legend_below(fig)
+    assert fig.layout.legend.orientation == "h" and fig.layout.legend.y < 0
+    assert fig.layout.margin.b >= 56 + 24 * rows and fig.layout.height >= 400 + 24 * rows
