@@ -225,6 +225,21 @@ def test_flop_crossover_names_the_quadratic_form():
         T.flop_crossover("linear", "softmax_naive")
 
 
+def test_decode_memory_counts_what_the_library_keeps():
+    # the model's bytes are the .nbytes of the objects the trade-offs chapter measures
+    from linattn_core import KVCache, LinearAttentionState
+
+    d, d_v, steps = 8, 5, 7
+    state = LinearAttentionState(d, d_v, feature_map="elu+1", dtype=np.float32)
+    cache = KVCache(d, d_v, dtype=np.float32)
+    k, v = np.ones((steps, d), np.float32), np.ones((steps, d_v), np.float32)
+    for t in range(steps):
+        state.update(k[t], v[t])
+        cache.append(k[t], v[t])
+    m = T.decode_memory(np.array([float(steps)]), d=d, d_v=d_v, itemsize=4)
+    assert m["state"][0] == state.nbytes and m["kv_cache"][0] == cache.nbytes
+
+
 def test_chapter_and_explorer_crossovers_come_from_one_model():
     """The associative chapter counts with timing.flops / flop_crossover; the trade-offs explorer draws
     timing.cost_curves. At the chapter's sizes they give the same numbers and the same crossover."""
