@@ -1097,6 +1097,22 @@ def test_batch_advice_only_when_a_slice_is_right(capsys):
     ok, out = run_check(ex, wrong_only_batched, capsys)
     assert not ok and "right on one slice" in out
 
+    def raises_on_its_first_slice(q, k, v):
+        if q.flat[0] == first:
+            raise ValueError("something unrelated to batches")
+        return SOL["softmax_attention"](q, k, v)
+
+    ok, out = run_check(ex, raises_on_its_first_slice, capsys)
+    assert not ok and "raised ValueError" in out
+    assert "works without batch dimensions" not in out
+
+
+def test_structured_arrays_are_not_numbers(capsys):
+    ex = exercises.softmax.attention
+    ok, out = run_check(ex, lambda q, k, v: np.zeros((5, 3), dtype=[("a", "f8"), ("b", "i4")]),
+                        capsys)
+    assert not ok and "expected numbers" in out
+
 
 # --------------------------------------------------------------------------------------------------
 # The exercises' own references agree with the library

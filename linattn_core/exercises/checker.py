@@ -374,7 +374,7 @@ class Exercise:
         return True, text
 
     def _raised(self, error: BaseException, where: str, case: Case | None,
-                passed_unbatched: bool) -> str:
+                passed_unbatched: bool, fn: Callable | None = None) -> str:
         call = f"{self.fn_name}({', '.join(self.arg_names)})"
         name = type(error).__name__
         lines = [f"Not yet. {where}:",
@@ -382,7 +382,8 @@ class Exercise:
                  f"  (check() calls it as {call}.)"]
         if isinstance(error, SystemExit):
             lines.append(wrap("exit() or sys.exit() stops the program; return a value instead."))
-        elif case is not None and case.batched and passed_unbatched:
+        elif case is not None and case.batched and passed_unbatched \
+                and self._slice_runs(fn, case):
             lines.append(wrap("Likely cause: it works without batch dimensions but not with "
                               f"them. {_BATCH_ADVICE.split('. ', 1)[1]}"))
         else:
@@ -398,7 +399,7 @@ class Exercise:
         where = f"Input #{number} of {total} ({case.describe(self.arg_names)})"
         run = self.call(fn, case.args)
         if run.error is not None:
-            return self._raised(run.error, where, case, passed_unbatched)
+            return self._raised(run.error, where, case, passed_unbatched, fn)
         if run.changed:
             return f"Not yet. {where}:\n" + wrap(
                 f"your function changed its input {', '.join('`' + c + '`' for c in run.changed)}"
@@ -465,6 +466,16 @@ class Exercise:
                    else expected[idx])
             return run.error is None and self._compare(run.result, exp) is None
         except Exception:
+            return False
+
+    def _slice_runs(self, fn: Callable | None, case: Case) -> bool:
+        """Whether ``fn`` runs without raising on the first slice of a batched case."""
+        if fn is None:
+            return False
+        try:
+            with contextlib.redirect_stdout(None):
+                return self.call(fn, case.first_slice()).error is None
+        except Exception:  # no slice run: no batch diagnosis
             return False
 
     @staticmethod

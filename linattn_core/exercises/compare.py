@@ -120,6 +120,11 @@ def _to_array(got: Any) -> tuple[np.ndarray | None, str | None]:
         return None, ("your function returned a numpy array of Python objects (dtype=object): "
                       "arrays of different shapes stacked together, or numbers too large for "
                       "numpy?")
+    if kind == "V":  # an extension float type (ml_dtypes' bfloat16) converts, a record does not
+        try:
+            return arr.astype(np.float64), None
+        except (TypeError, ValueError):
+            pass
     if kind not in "iuf":
         return None, f"your function returned an array of dtype {arr.dtype}, expected numbers"
     return arr.astype(np.float64), None
