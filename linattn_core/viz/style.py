@@ -22,9 +22,10 @@ SIG_DIGITS = 4
 #: own figures pick entries by index). Its orange, sky blue and yellow are pale on white (contrast
 #: 2.3, 2.3 and 1.3 to 1), too faint for thin lines: series use :data:`PALETTE`.
 OKABE_ITO = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442", "#000000")
-#: Colours for series, in order: Okabe-Ito's blue, vermillion, bluish green and reddish purple, black,
-#: Okabe-Ito's orange darkened, Paul Tol's wine and a grey; every one has a contrast of at least 3 to 1
-#: on white, and neighbours differ in hue and lightness under the common colour-vision deficiencies.
+#: Colours for series, in order: Okabe-Ito's blue, vermillion, bluish green and reddish purple (chosen
+#: to stay apart under the common colour-vision deficiencies), black, Okabe-Ito's orange darkened,
+#: Paul Tol's wine and a grey. Every one has a contrast of at least 3 to 1 on white (the threshold for
+#: graphical objects); beyond the first five, series also need a dash or marker of their own.
 PALETTE = ("#0072B2", "#D55E00", "#009E73", "#CC79A7", "#000000", "#A06A00", "#882255", "#666666")
 MASK_GREY = "#d4d4d4"  # masked (future) cells: a grey heatmap under the data, which has gaps there
 HIGHLIGHT = "#D55E00"  # outline of the highlighted row (vermillion: visible on viridis and on RdBu)
