@@ -39,6 +39,7 @@ CHAPTER_PATHS = {
                      "exercises.feature_maps.performer_features"},
     "causal": {"exercises.causal.prefix_sums", "exercises.causal.streaming_step"},
     "tradeoffs": {"exercises.tradeoffs.clamped_normalise", "exercises.tradeoffs.kv_cache_bytes"},
+    "beyond": {"exercises.beyond.delta_loop"},
 }
 ARRAY = [ex for ex in ALL if ex.kind == "array"]
 ATTENTION = [ex for ex in ARRAY if ex.arg_names[:3] == ("q", "k", "v")]
@@ -212,7 +213,7 @@ def test_catalogue_prints_every_exercise_by_chapter(capsys):
         for path in paths:
             assert path in out
     positions = [out.index(f"{c}.md") for c in ["softmax", "associative", "feature_maps", "causal",
-                                                "tradeoffs"]]
+                                                "tradeoffs", "beyond"]]
     assert positions == sorted(positions)
 
 
@@ -678,7 +679,7 @@ def test_the_cases_contain_what_the_tasks_promise():
         titles = [c.title for c in ex.cases()]
         assert any(c.args[0].shape[-2] == 1 for c in ex.cases()), (ex.name, titles)  # one token
         assert any(c.args[0].shape[-1] not in (4, 8, 16, 32, 64) for c in ex.cases()), ex.name
-        if ex.name != "causal_cumsum":  # the causal form has N_q = N_k by definition
+        if ex.name not in ("causal_cumsum", "delta_loop"):  # causal forms: N_q = N_k
             assert any(c.args[0].shape[-2] != c.args[1].shape[-2] for c in ex.cases()), ex.name
     for ex in WITH_PHI:
         # relu features with a denominator exactly 0 and one in (0, eps)
@@ -1208,6 +1209,17 @@ def test_kv_cache_bytes_matches_kvcache(d, d_v, t):
     for _ in range(t):
         cache.append(rng.standard_normal(d), rng.standard_normal(d_v))
     assert SOL["kv_cache_bytes"](t, d, d_v, 8) == cache.nbytes
+
+
+def test_delta_loop_solution_is_the_library_recurrence():
+    from linattn_core.delta import delta_rule_attention
+
+    rng = np.random.default_rng(8)
+    q, k = rng.standard_normal((2, 12, 5))
+    v, beta = rng.standard_normal((12, 2)), rng.uniform(0.0, 2.0, 12)
+    for method in ("recurrent", "chunked"):
+        assert_close(SOL["delta_loop"](q, k, v, beta),
+                     delta_rule_attention(q, k, v, beta, method=method), what=method)
 
 
 def test_clamped_normalise_is_the_library_clamp():

@@ -26,6 +26,8 @@ exercise                                  name (``get``)             chapter
 ``exercises.causal.streaming_step``       ``streaming_step``         causal
 ``exercises.tradeoffs.clamped_normalise`` ``clamped_normalise``      tradeoffs
 ``exercises.tradeoffs.kv_cache_bytes``    ``kv_cache_bytes``         tradeoffs
+``exercises.associative.crossover``       ``crossover_length``       associative
+``exercises.beyond.delta_loop``           ``delta_loop``             beyond
 ========================================  =========================  ==============
 
 ``check(fn)`` runs ``fn`` on several seeded float64 inputs (one token, an odd length such as 7, a
@@ -40,12 +42,12 @@ import *`` hides nothing; the chapter modules are not in ``__all__`` either.
 
 from __future__ import annotations
 
-from . import associative, causal, feature_maps, softmax, tradeoffs
+from . import associative, beyond, causal, feature_maps, softmax, tradeoffs
 from .checker import CheckResult, Exercise
 
 __all__ = ["EXERCISES", "CheckResult", "Exercise", "catalogue", "get"]
 
-_CHAPTERS = (softmax, associative, feature_maps, causal, tradeoffs)  # the book's order
+_CHAPTERS = (softmax, associative, feature_maps, causal, tradeoffs, beyond)  # the book's order
 
 EXERCISES: dict[str, Exercise] = {
     ex.name: ex
