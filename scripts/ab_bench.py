@@ -2,16 +2,17 @@
 
     python scripts/ab_bench.py 28db73e            # N = 4096 and 16384, best of 25 interleaved calls
     python scripts/ab_bench.py HEAD~3 --lengths 65536 --reps 8
+    python scripts/ab_bench.py HEAD~1 --noncausal              # the non-causal form instead
 
 On a shared machine the speed drifts by tens of percent within minutes, so two separate bench runs cannot
 tell a 10% change from noise. Here both versions run on the same inputs, call after call in alternation,
 and each keeps its fastest call; the median is printed too (the bench reports medians). The matmul rate
-is measured before and after, to show the drift. The fractions use the chunked FLOP count of issue 2 and
+is measured before and after, to show the drift. The fractions use the bench's chunked FLOP count and
 the better of the two rates (the stricter reading).
 
-A revision that has the compiled kernel (``linattn_core/_chunked.c``) gets it built in its temporary
-copy, and each version says whether it runs the kernel or the torch ops (``LINATTN_NATIVE=0`` makes
-both run the torch ops).
+A revision that has the compiled kernel (``linattn_core/fast/_chunked.c``, or ``linattn_core/_chunked.c``
+in older ones) gets it built in its temporary copy, and each version says whether it runs the kernel or
+the torch ops (``LINATTN_NATIVE=0`` makes both run the torch ops).
 """
 
 from __future__ import annotations
@@ -60,7 +61,10 @@ def checkout(rev: str, into: Path) -> Path:
 
 def runs(module) -> str:
     """What runs the causal chunked form in this version of linattn_core."""
-    native = getattr(module, "native", None) or sys.modules.get(f"{module.__name__}.native")
+    try:  # every version with the kernel has linattn_core.native; linear.py need not import it
+        native = importlib.import_module(f"{module.__name__}.native")
+    except ImportError:
+        native = None
     if native is None or not native.available():
         return "torch ops"
     default_isa = getattr(native, "default_isa", lambda: native.isas()[0])  # older revisions lack it
@@ -73,6 +77,7 @@ def main() -> int:
     parser.add_argument("--lengths", type=int, nargs="+", default=[4096, 16384])
     parser.add_argument("--reps", type=int, default=25)
     parser.add_argument("--chunk-size", type=int, default=64)
+    parser.add_argument("--noncausal", action="store_true", help="time the non-causal form instead")
     args = parser.parse_args()
 
     import torch
@@ -83,14 +88,14 @@ def main() -> int:
         versions["working tree"] = load(ROOT)
         forms["working tree"] = runs(versions["working tree"])
         for name, form in forms.items():
-            print(f"{name}: the chunked form runs as {form}")
+            print(f"{name}: the causal chunked form runs as {form}")
         timing = importlib.import_module("linattn_core.timing")  # the working tree's (loaded last)
         rate_before = timing.matmul_rate("cpu")
         gen = torch.Generator().manual_seed(0)
         rows = []
         for n in args.lengths:
             q, k, v = (torch.randn(1, 8, n, 64, generator=gen) for _ in range(3))
-            calls = {name: functools.partial(m.linear_attention, q, k, v, "elu+1", causal=True,
+            calls = {name: functools.partial(m.linear_attention, q, k, v, "elu+1", causal=not args.noncausal,
                                              method="chunked", chunk_size=args.chunk_size)
                      for name, m in versions.items()}
             for call in calls.values():
@@ -101,7 +106,9 @@ def main() -> int:
                     start = time.perf_counter()
                     call()
                     times[name].append(time.perf_counter() - start)
-            flops = timing.flops("chunked", n, 64, 64, causal=True, chunk_size=args.chunk_size, batch_heads=8)
+            form = ("linear", False) if args.noncausal else ("chunked", True)
+            flops = timing.flops(*form[:1], n, 64, 64, causal=form[1], chunk_size=args.chunk_size,
+                                 batch_heads=8)
             rows += [(n, name, min(ts), statistics.median(ts), flops / min(ts) / 1e9)
                      for name, ts in times.items()]
         rate_after = timing.matmul_rate("cpu")

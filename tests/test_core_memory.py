@@ -155,12 +155,6 @@ def _overlap(a, b) -> bool:
     return a0 < b1 and b0 < a1
 
 
-def _thread_workspaces():
-    from linattn_core.fast import workspace
-
-    return list(workspace._local.__dict__.get("workspaces", {}).values())
-
-
 @pytest.mark.parametrize("form", list(FORMS))
 def test_results_own_their_storage(form):
     # 8 x 16384 x 64 float32: 32 MiB, as large as the bench's results at N = 16384
@@ -177,8 +171,6 @@ def test_results_own_their_storage(form):
         st = out.untyped_storage()
         assert st.nbytes() == out.numel() * out.element_size() and out.storage_offset() == 0
         assert st.resizable() and type(st) is torch.UntypedStorage
-        for ws in _thread_workspaces():  # no internal buffer behind a result
-            assert not _overlap(_span(out), _span(ws))
     assert not _overlap(_span(first), _span(second)), "a later call's result shares the first one's memory"
     assert torch.equal(first, kept), "a later call changed an earlier result"
     first.resize_(7)  # an ordinary tensor: the caller may even resize it
@@ -192,7 +184,7 @@ def test_results_own_their_storage(form):
 
 @pytest.mark.parametrize("form", list(FORMS))
 def test_results_stay_valid_while_other_threads_call(form):
-    # each thread's scratch is its own, and results are not scratch: concurrent calls keep their answers
+    # each call's buffers are its own, and results are not buffers: concurrent calls keep their answers
     torch = pytest.importorskip("torch")
     from concurrent.futures import ThreadPoolExecutor
 
@@ -206,67 +198,12 @@ def test_results_stay_valid_while_other_threads_call(form):
     assert len({r.untyped_storage().data_ptr() for rs in results for r in rs}) == 12
 
 
-# --- the fast paths' scratch buffers: one kept workspace per thread (linattn_core.fast.workspace) ---
-@pytest.fixture
-def memory():
-    pytest.importorskip("torch")
-    from linattn_core.fast import workspace
-
-    workspace.release()
-    yield workspace
-    workspace.release()
-
-
-def test_scratch_buffers_are_consecutive_and_kept_between_calls(memory):
-    import torch
-
-    like = torch.empty(0)
-    bufs = memory.scratch(like, S=(3, 4), z=(5,), A=(2, 2, 2))
-    assert {k: tuple(v.shape) for k, v in bufs.items()} == {"S": (3, 4), "z": (5,), "A": (2, 2, 2)}
-    assert bufs["z"].data_ptr() == bufs["S"].data_ptr() + 12 * 4
-    assert bufs["A"].data_ptr() == bufs["z"].data_ptr() + 5 * 4
-    again = memory.scratch(like, S=(3, 4))
-    assert again["S"].data_ptr() == bufs["S"].data_ptr()  # the same workspace, no new memory
-    grown = memory.scratch(like, big=(1000,))
-    assert grown["big"].numel() == 1000
-    assert memory.scratch(like, x=(1000,))["x"].data_ptr() == grown["big"].data_ptr()
-    assert memory.scratch(torch.empty(0, dtype=torch.float64), S=(3, 4))["S"].dtype == torch.float64
-
-
-def test_scratch_is_per_thread_and_released(memory):
-    import threading
-
-    import torch
-
-    like = torch.empty(0)
-    mine = memory.scratch(like, S=(64,))["S"].data_ptr()
-    theirs = []
-    t = threading.Thread(target=lambda: theirs.append(memory.scratch(like, S=(64,))["S"].data_ptr()))
-    t.start()
-    t.join()
-    assert theirs[0] != mine
-    keep = memory.scratch(like, S=(64,))["S"]  # still held: released memory must not be handed out
-    memory.release()
-    assert memory.scratch(like, S=(64,))["S"].data_ptr() != keep.data_ptr()
-
-
-def test_scratch_does_not_keep_a_huge_workspace(memory):
-    import torch
-
-    like = torch.empty(0)
-    small = memory.scratch(like, w=(16,))["w"].data_ptr()
-    huge = memory.scratch(like, w=(memory._MAX_KEPT_BYTES // 4 + 1,))["w"]
-    assert huge.data_ptr() != small
-    del huge
-    assert memory.scratch(like, w=(16,))["w"].data_ptr() == small  # the kept workspace is still the small one
-
-
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads the fault counter of getrusage")
 @pytest.mark.parametrize("form", list(FORMS))
-def test_repeated_calls_fault_in_no_fresh_scratch(memory, form):
-    # the scratch buffers are kept from the first call; the result is fresh each time and may cost its
-    # own pages (8,192 for 32 MiB when glibc maps it afresh), but nothing else may: fresh buffers alone
-    # cost 245 (non-causal) to 512 (causal) faults per call
+def test_repeated_calls_fault_in_little_beyond_the_result(form):
+    # the result is fresh each time and may cost its own pages (8,192 for 32 MiB, which glibc maps
+    # afresh), but the few MiB of block buffers come back from glibc's heap: faulted in afresh, the
+    # torch forms' would cost about 1,500 per call (6 MiB); the kernel's threads touch a few pages
     import resource
 
     import torch
@@ -279,4 +216,4 @@ def test_repeated_calls_fault_in_no_fresh_scratch(memory, form):
     for _ in range(3):
         _call(form, q, k, v)
     faults = (resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before) / 3
-    assert faults < result_pages + 50, f"{faults:.0f} page faults per call ({result_pages} for the result)"
+    assert faults < result_pages + 400, f"{faults:.0f} page faults per call ({result_pages} for the result)"

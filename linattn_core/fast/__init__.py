@@ -15,9 +15,11 @@ runs is decided in one place, :func:`which`:
   gradients, since the fast forms write into buffers in place. A backward pass of its own would be
   chosen here too, as one more branch of :func:`which`.
 
-Results are ordinary tensors owned by the caller; only internal scratch buffers are kept between calls
-(:mod:`.workspace`). This package imports from the teaching tier only ``_backend`` and the feature-map
-classes, and nothing imports it but ``linear`` and the public ``native`` module.
+Results are ordinary tensors owned by the caller, and nothing is kept between calls: each call
+allocates its few MiB of buffers, which glibc hands back from its heap the next time (measured: no
+page faulted in afresh; only a result too large for the heap is, as for any torch op). This package
+imports from the rest only ``_backend`` and the feature-map classes; outside it, ``linear`` calls
+:func:`linear_attention` and the public ``native`` module re-exports :mod:`.kernel`.
 """
 
 from __future__ import annotations
@@ -27,9 +29,8 @@ from typing import Any
 from .. import _backend as B
 from ..feature_maps import FeatureMap, Identity
 from . import kernel, torch_cpu
-from .workspace import release
 
-__all__ = ["linear_attention", "release", "which"]
+__all__ = ["linear_attention", "which"]
 
 _FAST_MIN_N = 512  # the torch ops pay off from here; the compiled kernel at any length
 

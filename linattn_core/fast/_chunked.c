@@ -14,8 +14,7 @@
  *
  * Python calls this through linattn_core.fast.kernel, which checks the tensors first: the functions below
  * check sizes, but trust the addresses and contiguity they are given. All memory, the threads'
- * buffers included, comes from a workspace the caller keeps between calls (a call allocates nothing
- * that it would have to fault in again).
+ * buffers included, comes from one workspace the caller passes in (so a call allocates nothing here).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>

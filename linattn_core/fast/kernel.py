@@ -29,7 +29,6 @@ from typing import Any
 
 from .. import _backend as B
 from ..feature_maps import EluPlusOne, FeatureMap, Identity, ReLU
-from . import workspace
 
 try:
     from . import _chunked
@@ -146,8 +145,8 @@ def chunked(Q: Any, K: Any, V: Any, phi: FeatureMap, eps: float, C: int, out: An
     if isa is not None and isa not in _ISAS:
         raise ValueError(f"isa must be one of {_ISAS} on this CPU, got {isa!r}")
     threads = min(threads, 64)
-    # every buffer of the call, its threads' included, lives in this thread's kept workspace
+    # every buffer of the call, its threads' included, lives in one workspace allocated here
     floats = _chunked.workspace(nb, n, d, d_v, C, threads, isa)
-    ws = workspace.scratch(Q, ws=(floats,))["ws"]
+    ws = Q.new_empty((floats,))
     _chunked.forward(Q.data_ptr(), K.data_ptr(), V.data_ptr(), out.data_ptr(), den.data_ptr(),
                      nb, n, d, d_v, C, code, eps, threads, isa, ws.data_ptr(), floats)

@@ -4,18 +4,19 @@ Features are computed a block of tokens at a time into reused buffers (phi(q), p
 stored whole, and nothing block-sized is allocated per block: fresh memory costs a page fault per
 4 KiB), the working set stays within the last-level cache, and each op covers as many chunks as
 possible so that the fixed cost of an op is paid rarely. The buffers are written with ``out=`` and
-in-place ops, which is why this path runs only without autograd. They come from :mod:`.workspace`;
-the results ``out`` and ``den`` are fresh tensors of their own.
+in-place ops, which is why this path runs only without autograd. Each call allocates its buffers once
+(a few MiB, which glibc hands back from its heap on the next call: measured, no page is faulted in
+afresh) and its results ``out`` and ``den`` as fresh tensors of their own.
 """
 
 from __future__ import annotations
 
+import math
 from types import SimpleNamespace
 from typing import Any
 
 from .. import _backend as B
 from .features import into
-from .workspace import scratch
 
 # Work a block at a time, carrying (S, z) between blocks, so that the intermediates stay small enough
 # to live in cache: tokens per block (non-causal), rows of batch x tokens (chunked).
@@ -28,6 +29,18 @@ def _results(nb: int, n: int, d_v: int, like: Any) -> tuple[Any, Any]:
     return like.new_empty((nb, n, d_v)), like.new_empty((nb, n))
 
 
+def _buffers(like: Any, **shapes: tuple[int, ...]) -> dict[str, Any]:
+    """Uninitialised buffers of the given shapes (``like``'s dtype and device): consecutive views of one
+    allocation, made once per call. They never leave this module."""
+    sizes = {name: math.prod(shape) for name, shape in shapes.items()}
+    flat = like.new_empty((sum(sizes.values()),))
+    buffers, start = {}, 0
+    for name, shape in shapes.items():
+        buffers[name] = flat[start : start + sizes[name]].view(shape)
+        start += sizes[name]
+    return buffers
+
+
 def noncausal(Q: Any, K: Any, V: Any, phi: Any, eps: float) -> tuple[Any, Any]:
     """Q: (B, N_q, d), K: (B, N_k, d), V: (B, N_k, d_v) -> out (B, N_q, d_v), den (B, N_q)."""
     torch = B.torch_module()
@@ -35,7 +48,7 @@ def noncausal(Q: Any, K: Any, V: Any, phi: Any, eps: float) -> tuple[Any, Any]:
     d_v, f = int(V.shape[-1]), phi.output_dim(d)
     out, den = _results(nb, n_q, d_v, V)
     L = _BLOCK_TOKENS
-    bufs = scratch(V, S=(f, d_v), z=(f,), feats=(L, f), tmp=(L, d))
+    bufs = _buffers(V, S=(f, d_v), z=(f,), feats=(L, f), tmp=(L, d))
     S, z, feats, tmp = bufs["S"], bufs["z"], bufs["feats"], bufs["tmp"]
     for b in range(nb):
         S.zero_()
@@ -79,9 +92,9 @@ def _chunked_group(Q: Any, K: Any, V: Any, phi: Any, eps: float, C: int, out: An
     rows = nb * L
     # state at the chunk boundaries of a block, for every sequence: S[0], z[0] is the state carried
     # in from earlier blocks, S[g], z[g] the state after the block's chunk g; then the block buffers
-    bufs = scratch(V, S=(L // C + 1, nb, f, d_v), z=(L // C + 1, nb, f), fq=(rows * f,),
-                           fk=(rows * f,), tmp=(rows * d,), v=(rows * d_v,), Y=(rows * d_v,),
-                           A=(rows * C,), den=(rows,))
+    bufs = _buffers(V, S=(L // C + 1, nb, f, d_v), z=(L // C + 1, nb, f), fq=(rows * f,),
+                    fk=(rows * f,), tmp=(rows * d,), v=(rows * d_v,), Y=(rows * d_v,),
+                    A=(rows * C,), den=(rows,))
     S, z = bufs["S"].zero_(), bufs["z"].zero_()
     views = {}  # (G, c) -> the buffers' views for a block of G chunks of c tokens, made once
     for s in range(0, n, L):

@@ -13,7 +13,6 @@ import tracemalloc
 from collections.abc import Callable
 from typing import Any
 
-from .. import fast
 from .device import GIB, torch_device
 
 __all__ = ["available_memory", "format_bytes", "peak_memory"]
@@ -52,8 +51,8 @@ def peak_memory(fn: Callable[[], Any], *, device: Any = None) -> tuple[int | Non
     - CPU, torch (Linux): the process's peak resident set size (``VmHWM``, reset through
       ``/proc/self/clear_refs``) minus the resident size before the call. This counts every new page the
       call touches (tensors and anything else): exact for large tensors (their own pages), while many small
-      allocations can be served from memory the process already holds and then go unseen. The scratch
-      buffers that ``linear_attention``'s fast path keeps between calls are released first, so they count;
+      allocations can be served from memory the process already holds and then go unseen (as can a
+      block freed by an earlier call and handed back by the C allocator);
     - numpy (``device=None``): the peak of ``tracemalloc``, which numpy reports its buffers to;
     - MPS, or a CPU without ``/proc``: not measured (``None``).
 
@@ -89,7 +88,6 @@ def peak_memory(fn: Callable[[], Any], *, device: Any = None) -> tuple[int | Non
         del out
         return max(int(peak), 0), "torch.cuda.max_memory_allocated"
     if dev.type == "cpu" and sys.platform.startswith("linux"):
-        fast.release()  # scratch kept from an earlier call is resident already: its reuse would go unseen
         if _reset_peak_rss():
             base = _proc_status_bytes("VmRSS")
             out = fn()
