@@ -663,14 +663,6 @@ def test_every_registered_mistake_fails_and_is_named(ex, i, capsys):
                                 for _, advice in ex.exception_hints)), out
 
 
-def test_show_mistakes_runs_check_on_each(capsys):
-    ex = exercises.tradeoffs.clamped_normalise
-    ex.show_mistakes()
-    out = capsys.readouterr().out
-    assert out.count("--- Wrong answer") == len(ex.mistakes)
-    assert out.count("Not yet") == len(ex.mistakes) and "Correct!" not in out
-
-
 # --------------------------------------------------------------------------------------------------
 # Every rule a task states is exercised: an answer that breaks only that rule fails
 # --------------------------------------------------------------------------------------------------

@@ -277,16 +277,6 @@ class Exercise:
         if n < total:
             print(f"(More: {self.path}.hint({n + 1}))")
 
-    def show_mistakes(self) -> None:
-        """Run check() on each typical wrong answer and print what a learner would see.
-
-        For a class: the typical mistakes of this exercise, and the feedback each one gets.
-        """
-        for number, mistake in enumerate(self.mistakes, start=1):
-            print(f"--- Wrong answer {number} of {len(self.mistakes)}: "
-                  f"{mistake.message.split(':')[0].split(';')[0]}")
-            self.check(mistake.fn)
-
     def solution(self) -> None:
         """Print a reference solution (plain numpy)."""
         print(self.solution_source())
