@@ -39,6 +39,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from . import bench_train
 from . import timing as T
 
 __all__ = ["Config", "Target", "evaluate_targets", "main", "run"]
@@ -291,6 +292,13 @@ def run(config: Config, *, device: Any = None, progress: bool | None = None,
                           batch_heads=config.batch_heads, dtype=config.dtype, device=dev,
                           min_run_time=config.min_run_time, max_run_time=config.max_run_time,
                           max_call_s=config.max_call_s, budget_s=config.budget_s, progress=progress)
+        # training: forward + backward (sdpa_train, chunked_train, chunked_train_autograd; see bench_train)
+        train_checks = bench_train.check_train(dev, chunk_size=config.chunk_size)
+        train = bench_train.train_sweep(config.lengths, batch_heads=config.batch_heads, d=config.d,
+                                        d_v=config.d_v, dtype=config.dtype, device=dev,
+                                        chunk_size=config.chunk_size, min_run_time=config.min_run_time,
+                                        max_run_time=config.max_run_time, max_call_s=config.max_call_s,
+                                        budget_s=config.budget_s)
         # again after the sweep: on a shared machine the rate drifts, and the fractions below use the
         # higher of the two (the stricter yardstick)
         rate_after = T.matmul_rate(dev, config.matmul_sizes, config.dtype, min_run_time=config.min_run_time)
@@ -300,8 +308,12 @@ def run(config: Config, *, device: Any = None, progress: bool | None = None,
         f"({matmul_gflops_after / matmul_gflops_before - 1:+.0%}); the fractions use {matmul_gflops:.1f}")
     itemsize = 2 if config.dtype in ("float16", "bfloat16") else (8 if config.dtype == "float64" else 4)
     targets = evaluate_targets(records, matmul_gflops, lengths=config.lengths, itemsize=itemsize)
+    targets += bench_train.train_targets(train, train_checks, itemsize=itemsize)
     say("")
     say(format_results(records, matmul_gflops))
+    say("\nTraining, forward + backward (FLOPs counted as 3 forwards; gradients checked in float64, N=67: "
+        + ", ".join(f"{k} {e:.1e}" for k, e in train_checks.items()) + ")")
+    say(format_results(train, matmul_gflops))
     say("")
     say("Targets (reported, not tested):")
     say(format_targets(targets))
@@ -315,6 +327,7 @@ def run(config: Config, *, device: Any = None, progress: bool | None = None,
         "config": {k: getattr(config, k) for k in config.__dataclass_fields__},
         "checks": checks,
         "results": [r.to_dict(meta=False) for r in records],
+        "training": {"checks": train_checks, "results": [r.to_dict(meta=False) for r in train]},
         "targets": [dict(name=t.name, wanted=t.wanted, value=t.value, verdict=t.verdict, note=t.note)
                     for t in targets],
     }

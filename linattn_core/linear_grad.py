@@ -55,7 +55,7 @@ __all__ = ["causal_linear_attention", "needs_grad", "switched_off"]
 
 # Tokens per block of chunks: the block's scores, (rows x C), and states, (chunks x d_phi x d_v),
 # stay small while each torch op still covers many chunks (the fixed cost of an op is paid rarely).
-_BLOCK_ROWS = 8192
+_BLOCK_ROWS = 2048
 
 _OFF = [False]
 
