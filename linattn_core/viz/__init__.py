@@ -54,7 +54,7 @@ from .data import (
     seeded_qkv,
 )
 from .feature_maps import feature_map_comparison, feature_map_twin, performer_error_figure, performer_twin
-from .site import BOOK_RENDERER, figure_html, figure_nbytes, is_book_build, use_static_renderer
+from .site import BOOK_RENDERER, figure_html, figure_nbytes, glue, is_book_build, use_static_renderer
 from .softmax import attention_heatmap
 from .style import HIGHLIGHT, MASK_GREY, OKABE_ITO, PALETTE, SIG_DIGITS, legend_below, log_axis, sig_round
 from .tradeoffs import cost_figure, cost_twin
@@ -84,6 +84,7 @@ __all__ = [
     "feature_map_twin",
     "figure_html",
     "figure_nbytes",
+    "glue",
     "is_book_build",
     "kernel_matrix_figure",
     "legend_below",

@@ -14,6 +14,7 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
+import numpy as np
 import plotly.graph_objects as go
 import plotly.io as pio
 from plotly.io._base_renderers import MimetypeRenderer
@@ -151,3 +152,19 @@ def is_book_build() -> bool:
 def figure_nbytes(fig: go.Figure) -> int:
     """Size of the figure's JSON (what the static renderer puts in the page), in bytes."""
     return len(pio.to_json(fig, validate=False).encode())
+
+
+def glue(name: str, value: Any) -> None:
+    """Put a measured ``value`` into the page's prose as ``{glue:text}`name```, when myst-nb is here.
+
+    In the book build myst-nb stores it with the notebook; in a plain Jupyter or Colab kernel
+    (no myst-nb) nothing happens, and the cell's own printed line carries the figure. numpy scalars
+    become Python floats, so format specs such as ``:.2f`` work on them.
+    """
+    try:
+        from myst_nb import glue as _glue
+    except ImportError:
+        return
+    if isinstance(value, np.generic):
+        value = value.item()
+    _glue(name, value, display=False)
