@@ -245,6 +245,16 @@ def swap_last(x: Any) -> Any:
     return np.swapaxes(x, -1, -2)
 
 
+def transpose(x: Any) -> Any:
+    """The matrix transpose of a stack of matrices, ``x^T``: ``(..., a, b) -> (..., b, a)``."""
+    return swap_last(x)
+
+
+def tril(x: Any) -> Any:
+    """``x`` with the entries above the diagonal of its last two (square) dims set to 0: key j > query i."""
+    return lib(x).where(causal_mask(int(x.shape[-1]), x), x, 0.0)
+
+
 def concat(xs: list, axis: int) -> Any:
     if is_torch(xs[0]):
         return torch_module().cat(xs, dim=axis)

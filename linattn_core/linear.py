@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import _backend as B
+from . import _backend as ops  # the array helpers, one spelling for numpy and torch
 from . import fast, linear_grad
 from .attention import normalise, warn_nonpositive
 from .feature_maps import as_feature_map
@@ -86,12 +86,12 @@ def linear_attention(
     True
     """
     # q: (..., N_q, d), k: (..., N_k, d), v: (..., N_k, d_v)
-    causal = B.check_flag(causal, "causal")
+    causal = ops.check_flag(causal, "causal")
     if method not in METHODS:
         raise ValueError(f"method must be one of {METHODS}, got {method!r}")
-    chunk_size = B.check_positive_int(chunk_size, "chunk_size")
-    be = B.check_qkv(q, k, v, causal=causal)
-    eps = B.check_eps(eps)
+    chunk_size = ops.check_positive_int(chunk_size, "chunk_size")
+    be = ops.check_qkv(q, k, v, causal=causal)
+    eps = ops.check_eps(eps)
     phi = as_feature_map(feature_map, int(q.shape[-1]))
     q, k, v = (be.to_compute(x) for x in (q, k, v))
     if causal and method == "auto":
@@ -126,10 +126,11 @@ def _auto_method(n: int) -> str:
 def noncausal(phi_q: Any, phi_k: Any, v: Any, eps: float) -> tuple[Any, Any]:
     """Aggregate first, then query: ``S = phi(K)^T V``, ``z = sum_j phi(k_j)``.
 
-    phi_q: (..., N_q, f), phi_k: (..., N_k, f), v: (..., N_k, d_v) -> out (..., N_q, d_v), den (..., N_q)
+    phi_q: (..., N_q, d_phi), phi_k: (..., N_k, d_phi), v: (..., N_k, d_v)
+    -> out (..., N_q, d_v), den (..., N_q)
     """
-    S = B.swap_last(phi_k) @ v  # (..., f, d_v)
-    z = B.total(phi_k, -2)  # (..., f)
+    S = ops.transpose(phi_k) @ v  # (..., d_phi, d_v): phi(K)^T V
+    z = ops.total(phi_k, axis=-2)  # (..., d_phi): the sum of the key features
     num = phi_q @ S  # (..., N_q, d_v)
     den = (phi_q @ z[..., None])[..., 0]  # (..., N_q)
     return normalise(num, den, eps), den
@@ -138,32 +139,32 @@ def noncausal(phi_q: Any, phi_k: Any, v: Any, eps: float) -> tuple[Any, Any]:
 def causal_recurrent(phi_q: Any, phi_k: Any, v: Any, eps: float) -> tuple[Any, Any]:
     """The recurrence, one token at a time: add ``(k_t, v_t)`` to the state, then answer ``q_t``.
 
-    phi_q, phi_k: (..., N, f), v: (..., N, d_v) -> out (..., N, d_v), den (..., N)
+    phi_q, phi_k: (..., N, d_phi), v: (..., N, d_v) -> out (..., N, d_v), den (..., N)
     """
-    f, d_v = int(phi_k.shape[-1]), int(v.shape[-1])
-    S = B.zeros(tuple(phi_k.shape[:-2]) + (f, d_v), phi_k)  # (..., f, d_v)
-    z = B.zeros(tuple(phi_k.shape[:-2]) + (f,), phi_k)  # (..., f)
+    d_phi, d_v = int(phi_k.shape[-1]), int(v.shape[-1])
+    S = ops.zeros(tuple(phi_k.shape[:-2]) + (d_phi, d_v), phi_k)  # (..., d_phi, d_v)
+    z = ops.zeros(tuple(phi_k.shape[:-2]) + (d_phi,), phi_k)  # (..., d_phi)
     nums, dens = [], []
     for t in range(int(phi_k.shape[-2])):
         k_t, v_t, q_t = phi_k[..., t, :], v[..., t, :], phi_q[..., t, :]
         S = S + k_t[..., :, None] * v_t[..., None, :]  # S_t = S_{t-1} + phi(k_t) v_t^T
         z = z + k_t  # z_t = z_{t-1} + phi(k_t)
         nums.append((q_t[..., None, :] @ S)[..., 0, :])  # phi(q_t)^T S_t: (..., d_v)
-        dens.append(B.total(q_t * z, -1))  # phi(q_t) . z_t: (...,)
-    num, den = B.stack(nums, -2), B.stack(dens, -1)
+        dens.append(ops.total(q_t * z, axis=-1))  # phi(q_t) . z_t: (...,)
+    num, den = ops.stack(nums, axis=-2), ops.stack(dens, axis=-1)
     return normalise(num, den, eps), den
 
 
 def causal_cumsum(phi_q: Any, phi_k: Any, v: Any, eps: float) -> tuple[Any, Any]:
     """All prefix states at once: cumulative sums of the outer products ``phi(k_j) v_j^T``.
 
-    phi_q, phi_k: (..., N, f), v: (..., N, d_v) -> out (..., N, d_v), den (..., N).
-    Memory ``N x f x d_v``: fine for short sequences only.
+    phi_q, phi_k: (..., N, d_phi), v: (..., N, d_v) -> out (..., N, d_v), den (..., N).
+    Memory ``N x d_phi x d_v``: fine for short sequences only.
     """
-    S = B.cumsum(phi_k[..., :, None] * v[..., None, :], -3)  # (..., N, f, d_v): S_1 .. S_N
-    z = B.cumsum(phi_k, -2)  # (..., N, f)
+    S = ops.cumsum(phi_k[..., :, None] * v[..., None, :], axis=-3)  # (..., N, d_phi, d_v): S_0 .. S_{N-1}
+    z = ops.cumsum(phi_k, axis=-2)  # (..., N, d_phi)
     num = (phi_q[..., None, :] @ S)[..., 0, :]  # (..., N, d_v)
-    den = B.total(phi_q * z, -1)  # (..., N)
+    den = ops.total(phi_q * z, axis=-1)  # (..., N)
     return normalise(num, den, eps), den
 
 
@@ -173,51 +174,58 @@ _CAUSAL = {"recurrent": causal_recurrent, "cumsum": causal_cumsum}
 def causal_chunked(phi_q: Any, phi_k: Any, v: Any, eps: float, chunk_size: int = 64) -> tuple[Any, Any]:
     """Chunkwise parallel form: masked ``C x C`` products inside a chunk, ``(S, z)`` carried across.
 
-    phi_q, phi_k: (..., N, f), v: (..., N, d_v) -> out (..., N, d_v), den (..., N).
+    phi_q, phi_k: (..., N, d_phi), v: (..., N, d_v) -> out (..., N, d_v), den (..., N).
     For chunk ``c`` with rows ``Q_c, K_c, V_c`` and the state ``S, z`` of all earlier chunks::
 
         num_c = tril(Q_c K_c^T) V_c + Q_c S        den_c = rowsum(tril(Q_c K_c^T)) + Q_c z
         S <- S + K_c^T V_c                          z <- z + colsum(K_c)
 
-    Work: ``4 N f d_v`` (states in, states out) plus ``2 N C (f + d_v)`` (inside the chunks).
+    Work: ``4 N d_phi d_v`` (states in, states out) plus ``2 N C (d_phi + d_v)`` (inside the chunks).
     """
-    lead, n, f, d_v = tuple(phi_q.shape[:-2]), int(phi_q.shape[-2]), int(phi_q.shape[-1]), int(v.shape[-1])
-    Q = phi_q.reshape((-1, n, f))  # (B, N, f): leading dims flattened
-    K = phi_k.reshape((-1, n, f))
+    lead, n = tuple(phi_q.shape[:-2]), int(phi_q.shape[-2])
+    d_phi, d_v = int(phi_q.shape[-1]), int(v.shape[-1])
+    Q = phi_q.reshape((-1, n, d_phi))  # (batch, N, d_phi): the leading dims flattened into one batch
+    K = phi_k.reshape((-1, n, d_phi))
     V = v.reshape((-1, n, d_v))
     C = min(chunk_size, n)
-    S = B.zeros((Q.shape[0], f, d_v), Q)  # (B, f, d_v)
-    z = B.zeros((Q.shape[0], f), Q)  # (B, f)
+    batch = int(Q.shape[0])
+    S = ops.zeros((batch, d_phi, d_v), Q)  # the state before the first chunk
+    z = ops.zeros((batch, d_phi), Q)
     outs, dens = [], []
-    full = n // C * C  # [0, full): whole chunks; [full, n): one shorter chunk
-    for a, b, c in ((0, full, C), (full, n, n - full)):
-        if b > a:
-            out, den, S, z = _chunks(Q[:, a:b], K[:, a:b], V[:, a:b], S, z, c, eps)
+    n_whole = n // C * C  # tokens [0, n_whole) fill whole chunks; [n_whole, n) is one shorter chunk
+    for start, stop, size in ((0, n_whole, C), (n_whole, n, n - n_whole)):
+        if stop > start:
+            out, den, S, z = _chunks(Q[:, start:stop], K[:, start:stop], V[:, start:stop], S, z, size, eps)
             outs.append(out)
             dens.append(den)
-    out = B.concat(outs, 1) if len(outs) > 1 else outs[0]
-    den = B.concat(dens, 1) if len(dens) > 1 else dens[0]
+    out = ops.concat(outs, axis=1) if len(outs) > 1 else outs[0]
+    den = ops.concat(dens, axis=1) if len(dens) > 1 else dens[0]
     return out.reshape(lead + (n, d_v)), den.reshape(lead + (n,))
 
 
 def _chunks(Q: Any, K: Any, V: Any, S: Any, z: Any, C: int, eps: float) -> tuple[Any, Any, Any, Any]:
-    """One segment of ``G`` whole chunks of ``C`` tokens, starting from the state ``(S, z)``.
+    """A run of whole chunks of ``C`` tokens, all at once, starting from the state ``(S, z)`` before them.
 
-    Q, K: (B, G*C, f), V: (B, G*C, d_v), S: (B, f, d_v), z: (B, f)
-    -> out (B, G*C, d_v), den (B, G*C), and the state after the segment.
+    Q, K: (batch, n_chunks * C, d_phi), V: (batch, n_chunks * C, d_v), S: (batch, d_phi, d_v),
+    z: (batch, d_phi) -> out (batch, n_chunks * C, d_v), den (batch, n_chunks * C), and the state
+    ``(S, z)`` after the last chunk.
     """
-    nb, n, f = (int(s) for s in Q.shape)
-    d_v, G = int(V.shape[-1]), n // C
-    Q, K, V = Q.reshape((nb, G, C, f)), K.reshape((nb, G, C, f)), V.reshape((nb, G, C, d_v))
-    A = Q @ B.swap_last(K)  # (B, G, C, C): scores inside each chunk
-    A = B.lib(A).where(B.causal_mask(C, A), A, 0.0)
-    num = A @ V  # (B, G, C, d_v)
-    den = B.total(A, -1)  # (B, G, C)
-    # exclusive prefix states over the chunks, starting from the carried state:
-    # prefix[:, c] = S + sum_{c' < c} K_c'^T V_c'; prefix[:, G] is the state after the segment
-    S_pre = B.cumsum(B.concat([S[:, None], B.swap_last(K) @ V], 1), 1)  # (B, G+1, f, d_v)
-    z_pre = B.cumsum(B.concat([z[:, None], B.total(K, -2)], 1), 1)  # (B, G+1, f)
-    num = num + Q @ S_pre[:, :G]
-    den = den + (Q @ z_pre[:, :G, :, None])[..., 0]
+    batch, n, d_phi = (int(s) for s in Q.shape)
+    d_v, n_chunks = int(V.shape[-1]), n // C
+    Q = Q.reshape((batch, n_chunks, C, d_phi))  # Q[:, c] is the chunk's Q_c
+    K = K.reshape((batch, n_chunks, C, d_phi))
+    V = V.reshape((batch, n_chunks, C, d_v))
+    A = ops.tril(Q @ ops.transpose(K))  # (batch, n_chunks, C, C): M * Q_c K_c^T inside each chunk
+    num = A @ V  # (batch, n_chunks, C, d_v): the chunk's own tokens
+    den = ops.total(A, axis=-1)  # (batch, n_chunks, C)
+    # The state each chunk starts from, S_[c] = S + sum over the earlier chunks c' of K_c'^T V_c'.
+    # One cumulative sum over [S, K_0^T V_0, K_1^T V_1, ...] gives every S_[c] at once; its one extra,
+    # last entry is the state after the final chunk, which the caller carries on.
+    S_before = ops.cumsum(ops.concat([S[:, None], ops.transpose(K) @ V], axis=1), axis=1)
+    z_before = ops.cumsum(ops.concat([z[:, None], ops.total(K, axis=-2)], axis=1), axis=1)
+    # S_before: (batch, n_chunks + 1, d_phi, d_v), z_before: (batch, n_chunks + 1, d_phi)
+    num = num + Q @ S_before[:, :n_chunks]  # the earlier chunks, through the carried state: Q_c S_[c]
+    den = den + (Q @ z_before[:, :n_chunks, :, None])[..., 0]
     out = normalise(num, den, eps)
-    return out.reshape((nb, n, d_v)), den.reshape((nb, n)), S_pre[:, G], z_pre[:, G]
+    S_after, z_after = S_before[:, n_chunks], z_before[:, n_chunks]
+    return out.reshape((batch, n, d_v)), den.reshape((batch, n)), S_after, z_after
