@@ -428,3 +428,72 @@ def failed_outputs(html: str) -> list[str]:
         at = text.index(TRACEBACK_TEXT)
         found.append(f"traceback in the text: {text[at:at + 200]!r}")
     return found
+
+
+# --- figures on a phone -----------------------------------------------------------------------------
+
+# Per plotly figure at the current viewport: whatever a reader needs (title, controls, legend, plot
+# areas) inside the figure's own box; that box on screen or inside a box that scrolls sideways (and
+# lies on screen), so nothing is out of reach; legends clear of the controls; plot
+# areas with room to read (at least 80 x 60 px). A legend inside a plot area is a layout choice (it has
+# its own background); one over a control is not. Text boxes carry a few pixels of line height around
+# the glyphs: a part counts as out of the figure beyond 4 px.
+PHONE_FIGURES_JS = """
+() => {
+  const vw = document.documentElement.clientWidth;
+  const R = Math.round;
+  const round = (r) => `${R(r.left)}..${R(r.right)} x ${R(r.top)}..${R(r.bottom)}`;
+  const overlap = (a, b) => Math.min(a.right, b.right) - Math.max(a.left, b.left) > 5
+                            && Math.min(a.bottom, b.bottom) - Math.max(a.top, b.top) > 5;
+  const scroller = (el) => {
+    for (let e = el.parentElement; e && e !== document.body; e = e.parentElement) {
+      const o = getComputedStyle(e).overflowX;
+      if (o === 'auto' || o === 'scroll') return e;
+    }
+    return null;
+  };
+  const problems = [];
+  document.querySelectorAll('.plotly-graph-div').forEach(gd => {
+    const name = gd.id;
+    const box = gd.getBoundingClientRect();
+    const sc = scroller(gd);
+    if (box.left < -1 || box.right > vw + 1) {
+      if (!sc) {
+        problems.push(`${name}: the figure (${round(box)}) is cut off by the screen (${vw} px)`);
+      } else {
+        const s = sc.getBoundingClientRect();
+        if (s.left < -1 || s.right > vw + 1) problems.push(`${name}: its scrolling box runs off the screen`);
+        if (sc.scrollWidth + 1 < box.width) problems.push(`${name}: its scrolling box cannot reach it all`);
+      }
+    }
+    const parts = [];
+    gd.querySelectorAll('g.slider-group').forEach((g, i) => parts.push([`slider ${i}`, g]));
+    gd.querySelectorAll('g.updatemenu-header-group').forEach((g, i) => parts.push([`menu ${i}`, g]));
+    gd.querySelectorAll('g.legend').forEach((g, i) => parts.push([`legend ${i}`, g]));
+    gd.querySelectorAll('.gtitle').forEach((g, i) => parts.push([`title`, g]));
+    for (const [what, g] of parts) {
+      const r = g.getBoundingClientRect();
+      if (r.width === 0 || r.height === 0) continue;
+      const out = r.left < box.left - 4 || r.right > box.right + 4 || r.top < box.top - 4
+                  || r.bottom > box.bottom + 4;
+      if (out) {
+        problems.push(`${name}: ${what} (${round(r)}) runs out of the figure (${round(box)})`);
+      }
+    }
+    const areas = Array.from(gd.querySelectorAll('.nsewdrag')).map(d => d.getBoundingClientRect());
+    areas.forEach((a, i) => {
+      if (a.width < 80 || a.height < 60) {
+        problems.push(`${name}: plot area ${i} is cramped (${R(a.width)} x ${R(a.height)} px)`);
+      }
+    });
+    gd.querySelectorAll('g.legend').forEach(l => {
+      const L = l.getBoundingClientRect();
+      if (L.width === 0) return;
+      parts.filter(([w]) => w.startsWith('slider') || w.startsWith('menu')).forEach(([w, g]) => {
+        if (overlap(L, g.getBoundingClientRect())) problems.push(`${name}: the legend covers ${w}`);
+      });
+    });
+  });
+  return problems;
+}
+"""

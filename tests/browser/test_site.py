@@ -25,6 +25,8 @@ from _site_checks import (
     CHANGE_TIMEOUT_MS,
     CONTROL_ACTIVE_JS,
     FIGURE_STATE_JS,
+    FIGURE_TEXT_JS,
+    PHONE_FIGURES_JS,
     PLOTLY_STATE_JS,
     RENDER_TIMEOUT_MS,
     WAIT_PLOTLY_JS,
@@ -273,6 +275,47 @@ def test_plotly_controls_change_their_figure(new_page, server, rel):
     assert not failures, f"{rel}: plotly controls that do nothing:\n  " + "\n  ".join(failures)
     assert operated > 0 or not any(f["sliders"] or f["menus"] for f in figures), f"{rel}: no control operated"
     assert not log.problems(), f"{rel}: errors while operating controls:\n  " + "\n  ".join(log.problems())
+
+
+FIGURE_PAGES = [p for p in pages_containing("plotly-graph-div") if p.startswith("book/")]
+
+
+@pytest.mark.parametrize("rel", FIGURE_PAGES or [None])
+def test_figures_fit_a_phone(new_page, server, rel):
+    """At 390 x 844 every figure is whole and readable: nothing cut off by the screen (a figure wider than
+    the screen scrolls in its own box), titles, controls and legends inside the figure, legends clear of
+    the controls, text not overlapping, plot areas with room; and each explorer's first control still
+    changes its figure when tapped."""
+    if rel is None:
+        pytest.skip("no chapter of the site has a plotly figure")
+    page, log = new_page(viewport=PHONE)
+    page.goto(urljoin(server, rel), wait_until="load")
+    page.wait_for_function(WAIT_PLOTLY_JS, timeout=RENDER_TIMEOUT_MS)
+    page.wait_for_timeout(500)  # plotly's responsive resize
+    problems = page.evaluate(PHONE_FIGURES_JS) + page.evaluate(FIGURE_TEXT_JS)
+    for fig in page.evaluate(PLOTLY_STATE_JS):
+        gd = fig["id"]
+        sliders = [(i, s) for i, s in enumerate(fig["sliders"]) if s["visible"] and len(s["steps"]) > 1]
+        menus = [(i, m) for i, m in enumerate(fig["menus"]) if m["visible"] and len(m["buttons"]) > 1]
+        first = [s["steps"][1]["method"] for _, s in sliders] + [m["buttons"][1]["method"] for _, m in menus]
+        if not first or first[0] == "skip":
+            continue  # a figure without controls, or one whose step only moves the control
+        before = page.evaluate(FIGURE_STATE_JS, gd)
+        try:
+            if sliders:  # the second step: near the rail's left end, where a thumb reaches it
+                i, s = sliders[0]
+                target = 1 if s["active"] != 1 else 0
+                _operate_slider(page, gd, i, target, len(s["steps"]))
+                _wait_changed(page, gd, before, s["steps"][target]["method"])
+            else:
+                i, m = menus[0]
+                target = 1 if m["active"] != 1 else 0
+                _operate_menu(page, gd, i, m["type"], target)
+                _wait_changed(page, gd, before, m["buttons"][target]["method"])
+        except Exception as exc:
+            problems.append(f"{gd}: its first control does nothing at {PHONE[0]} px ({type(exc).__name__})")
+    assert not problems, f"{rel} at {PHONE[0]} x {PHONE[1]} px:\n  " + "\n  ".join(problems)
+    assert not log.problems(), f"{rel}: errors at phone width:\n  " + "\n  ".join(log.problems())
 
 
 KEYBOARD_PAGES = pages_containing('class="linattn-keys"')
