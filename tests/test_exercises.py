@@ -970,7 +970,7 @@ def test_redrawing_the_performer_is_caught(ex, capsys):
         return ex.solution_fn(*args)
 
     ok, out = run_check(ex, fn, capsys)
-    assert not ok and "changed its input `phi`" in out, out
+    assert not ok and "changed the feature map `phi`" in out, out
 
 
 @pytest.mark.parametrize("ex", ALL, ids=IDS)

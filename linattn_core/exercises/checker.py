@@ -390,6 +390,11 @@ class Exercise:
         run = self.call(fn, case.args)
         if run.error is not None:
             return self._raised(run.error, where, case, passed_unbatched, fn)
+        if "phi" in run.changed:
+            return f"Not yet. {where}:\n" + wrap(
+                "your function changed the feature map `phi` (its arrays, e.g. a Performer's "
+                "projection redrawn): use phi as it is given, so that queries and keys share one "
+                "set of features.")
         if run.changed:
             return f"Not yet. {where}:\n" + wrap(
                 f"your function changed its input {', '.join('`' + c + '`' for c in run.changed)}"
