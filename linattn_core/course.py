@@ -146,13 +146,22 @@ def quiz_html(chapter: str, seed: int = 0) -> str:
     colours = {"--jq-multiple-choice-bg": "#345995", "--jq-mc-button-bg": "#fafafa",
                "--jq-mc-button-border": "#e0e0e0e0", "--jq-mc-button-inset-shadow": "#555555",
                "--jq-many-choice-bg": "#8a4f7d", "--jq-numeric-bg": "#345995",
-               "--jq-numeric-input-bg": "#c0c0c0", "--jq-numeric-input-label": "#101010",
+               "--jq-numeric-input-bg": "#1f3a66", "--jq-numeric-input-label": "#101010",
                "--jq-numeric-input-shadow": "#999999", "--jq-string-bg": "#4c1a57",
                "--jq-incorrect-color": "#c80202", "--jq-correct-color": "#009113",
                "--jq-text-color": "#fafafa", "--jq-link-color": "#9abafa"}
     div = render_div(div_id, False, True, False, 1_000_000, 700, 10, "left")
     script = build_script(prefix, static, url, div_id, True).replace(_CDN_MATHJAX, "")
-    return f"{div}</div>{build_styles(div_id, colours)}<script>{script}</script>"
+    return f"{div}</div>{build_styles(div_id, colours)}<script>{script}{_label_inputs(div_id)}</script>"
+
+
+def _label_inputs(div_id: str) -> str:
+    """JavaScript naming jupyterquiz's number fields for screen readers (its own label is not tied
+    to the field), once the questions are drawn."""
+    return ("\nfunction label_" + div_id + "() { document.querySelectorAll('#" + div_id +
+            " input.Input-text').forEach(function (el) { el.setAttribute('aria-label', "
+            "'your answer (a number; press Enter to check)'); }); }\n"
+            "label_" + div_id + "(); setTimeout(label_" + div_id + ", 500);\n")
 
 
 def quiz(chapter: str) -> None:
