@@ -30,6 +30,7 @@ def _cases_elu_plus_one() -> list:
                                                  3.0]),)),
         Case("a (7, 4) matrix", (rng.standard_normal((7, 4)),)),
         Case("one value", (np.array([-0.25]),)),
+        Case("a 0-d array", (np.array(0.75),)),
         Case(f"batch dims {BATCH}", (rng.standard_normal((*BATCH, 7, 4)),), batch_ndim=len(BATCH)),
         Case("large magnitudes (|x| up to 1e3)",
              (np.array([[-1000.0, -50.0, 0.0, 50.0, 1000.0], [-710.0, -1.0, 1.0, 709.0, 710.0]]),),
@@ -47,7 +48,8 @@ elu_plus_one = Exercise(
         Write `elu_plus_one(x)` returning elu(x) + 1 elementwise (x + 1 for x > 0, exp(x) for
         x <= 0), for an array of any shape. It must not overflow or make numpy warn for
         |x| up to 1e3. check() compares with linattn_core.get_feature_map("elu+1") on small
-        values around 0, a matrix, one value, batch dims (2, 3) and large magnitudes.
+        values around 0, a matrix, one value, a 0-d array, batch dims (2, 3) and large
+        magnitudes.
     """,
     arg_names=("x",),
     cases=_cases_elu_plus_one,
