@@ -80,6 +80,11 @@ def test_paths_by_chapter():
     assert found == CHAPTER_PATHS
 
 
+def test_package_docstring_lists_every_exercise():
+    for ex in ALL:
+        assert re.search(rf"{re.escape(ex.path)}\s+{ex.name}\n", exercises.__doc__), ex.path
+
+
 def test_star_import_shadows_no_library_function_and_no_builtin():
     import builtins
 

@@ -13,22 +13,20 @@ Each chapter's exercises are attributes of its module; in a notebook::
     exercises.get("causal_cumsum")                     # the same exercise, by its name
     exercises.catalogue()                              # all exercises, by chapter
 
-========================================  =========================  ==============
-exercise                                  name (``get``)             chapter
-========================================  =========================  ==============
-``exercises.softmax.attention``           ``softmax_attention``      softmax
-``exercises.softmax.score_matrix_bytes``  ``score_matrix_bytes``     softmax
-``exercises.associative.quadratic_form``  ``kernel_attention``       associative
-``exercises.associative.associative_form`` ``associative_attention`` associative
-``exercises.feature_maps.elu_plus_one``   ``elu_plus_one``           feature_maps
-``exercises.feature_maps.performer_features`` ``performer_features`` feature_maps
-``exercises.causal.prefix_sums``          ``causal_cumsum``          causal
-``exercises.causal.streaming_step``       ``streaming_step``         causal
-``exercises.tradeoffs.clamped_normalise`` ``clamped_normalise``      tradeoffs
-``exercises.tradeoffs.kv_cache_bytes``    ``kv_cache_bytes``         tradeoffs
-``exercises.associative.crossover``       ``crossover_length``       associative
-``exercises.beyond.delta_loop``           ``delta_loop``             beyond
-========================================  =========================  ==============
+The exercises, by chapter (the attribute, then its name for ``get``)::
+
+    softmax       exercises.softmax.attention                softmax_attention
+                  exercises.softmax.score_matrix_bytes       score_matrix_bytes
+    associative   exercises.associative.quadratic_form       kernel_attention
+                  exercises.associative.associative_form     associative_attention
+                  exercises.associative.crossover            crossover_length
+    feature_maps  exercises.feature_maps.elu_plus_one        elu_plus_one
+                  exercises.feature_maps.performer_features  performer_features
+    causal        exercises.causal.prefix_sums               causal_cumsum
+                  exercises.causal.streaming_step            streaming_step
+    tradeoffs     exercises.tradeoffs.clamped_normalise      clamped_normalise
+                  exercises.tradeoffs.kv_cache_bytes         kv_cache_bytes
+    beyond        exercises.beyond.delta_loop                delta_loop
 
 ``check(fn)`` runs ``fn`` on several seeded float64 inputs (one token, an odd length such as 7, a
 ``d`` other than the examples', batch dimensions, and the edge cases each task states) and compares
