@@ -777,6 +777,17 @@ def test_list_and_tuple_answers(ex, capsys):
 
 
 @pytest.mark.parametrize("ex", ARRAY, ids=[e.name for e in ARRAY])
+@pytest.mark.parametrize(("dtype", "message"), [(np.complex128, "complex values"),
+                                                (np.bool_, "booleans"),
+                                                (np.float16, "float16"),
+                                                (object, "Python objects"),
+                                                (np.int64, "Not yet")])
+def test_numpy_dtypes_of_the_answer(ex, dtype, message, capsys):
+    ok, out = run_check(ex, lambda *a: np.asarray(ex.solution_fn(*a)).astype(dtype), capsys)
+    assert not ok and message in out, out
+
+
+@pytest.mark.parametrize("ex", ARRAY, ids=[e.name for e in ARRAY])
 def test_nan_answers(ex, capsys):
     ok, out = run_check(ex, lambda *a: np.full_like(ex.solution_fn(*a), np.nan), capsys)
     assert not ok and "NaN or inf" in out
