@@ -156,3 +156,11 @@ def test_quiz_html_is_self_contained():
     assert "cdn." not in html and "https://" not in html.replace("https://pypi", "")
     with pytest.raises(ValueError, match="chapter"):
         course.load_quiz("nope")
+
+
+def test_quiz_page_shows_every_quiz():
+    page = (ROOT / "book" / "quizzes.md").read_text(encoding="utf-8")
+    shown = re.findall(r'^course\.quiz\("(\w+)"\)$', page, flags=re.M)  # the code cells
+    assert shown == list(course.QUIZ_CHAPTERS)
+    files = sorted(p.stem for p in (ROOT / "book" / "quizzes").glob("*.json"))
+    assert files == sorted(course.QUIZ_CHAPTERS)
