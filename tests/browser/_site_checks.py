@@ -158,6 +158,35 @@ FIGURE_TEXT_JS = """
 }
 """
 
+# Each legend whole: its box inside the figure's (4 px for line height), and no scroll bar (plotly gives
+# a legend taller than its room a scroll bar and hides the entries below the fold).
+LEGEND_FIT_JS = """
+() => {
+  const problems = [];
+  document.querySelectorAll('.plotly-graph-div').forEach(gd => {
+    const box = gd.getBoundingClientRect();
+    gd.querySelectorAll('g.legend').forEach((l, i) => {
+      const L = l.getBoundingClientRect();
+      if (L.width === 0 || L.height === 0) return;
+      const first = (l.querySelector('.legendtext') || {}).textContent || '';
+      const name = `${gd.id}: legend ${i} ("${first.slice(0, 40)}")`;
+      const R = Math.round;
+      const x0 = R(L.left - box.left), x1 = R(L.right - box.left);
+      const y0 = R(L.top - box.top), y1 = R(L.bottom - box.top);
+      if (x0 < -4 || x1 > box.width + 4 || y0 < -4 || y1 > box.height + 4) {
+        problems.push(`${name} is cut off: ${x0}..${x1} x ${y0}..${y1} px in a `
+                      + `${R(box.width)} x ${R(box.height)} figure`);
+      }
+      const bar = l.querySelector('rect.scrollbar');
+      if (bar && bar.getBoundingClientRect().height > 0) {
+        problems.push(`${name} does not fit: plotly shows it with a scroll bar, entries hidden`);
+      }
+    });
+  });
+  return problems;
+}
+"""
+
 LINKS_JS = """
 () => Array.from(document.querySelectorAll('a[href]'))
            .map(a => ({href: a.href, raw: a.getAttribute('href'), text: a.textContent.trim().slice(0, 60)}))
@@ -188,6 +217,7 @@ class Report:
     plotly_ready: bool = True
     figures: list = field(default_factory=list)
     figure_text: list = field(default_factory=list)
+    legends: list = field(default_factory=list)
     links: list = field(default_factory=list)
     violations: list = field(default_factory=list)
     screenshot: Path | None = None
@@ -231,6 +261,7 @@ def load_report(browser_page, log: PageLog, base: str, rel: str) -> Report:
     rep.math = page.evaluate(MATH_STATE_JS)
     rep.figures = page.evaluate(PLOTLY_STATE_JS)
     rep.figure_text = page.evaluate(FIGURE_TEXT_JS)
+    rep.legends = page.evaluate(LEGEND_FIT_JS)
     rep.links = page.evaluate(LINKS_JS)
     log.frozen = True  # what follows is the tests' own doing
     page.add_script_tag(content=axe_source())

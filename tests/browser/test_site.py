@@ -26,6 +26,7 @@ from _site_checks import (
     CONTROL_ACTIVE_JS,
     FIGURE_STATE_JS,
     FIGURE_TEXT_JS,
+    LEGEND_FIT_JS,
     PHONE_FIGURES_JS,
     PLOTLY_STATE_JS,
     RENDER_TIMEOUT_MS,
@@ -119,6 +120,33 @@ def test_figure_text_is_readable(report, rel):
     """Titles, axis titles, subplot titles, colour-bar titles and legends neither collide nor get cut off."""
     rep = report(rel)
     assert not rep.figure_text, f"{rel}: figure text a reader cannot read:\n  " + "\n  ".join(rep.figure_text)
+
+
+@pytest.mark.parametrize("rel", PAGES)
+def test_legends_fit_their_figure(report, rel):
+    """At 1280 px every legend is whole: inside its figure, no entry hidden behind a scroll bar."""
+    rep = report(rel)
+    assert not rep.legends, f"{rel}: legends cut off:\n  " + "\n  ".join(rep.legends)
+
+
+def test_the_legend_check_sees_a_cut_off_legend(new_page, server, site):
+    """The check above can fail: a legend pushed past the figure's right edge, and one too tall for its
+    figure (plotly scrolls it), drawn with the site's own plotly.js, are both reported."""
+    page, _ = new_page()
+    page.goto(urljoin(server, "index.html"), wait_until="load")
+    page.wait_for_function("() => window.Plotly !== undefined", timeout=RENDER_TIMEOUT_MS)
+    page.evaluate("""async () => {
+      for (const [id, legend, n] of [['wide', {x: 1.4}, 2], ['tall', {}, 40]]) {  // no margin room
+        const div = document.createElement('div');
+        div.id = id; div.className = 'plotly-graph-div'; div.style.width = '600px';
+        document.body.prepend(div);
+        const data = Array.from({length: n}, (_, i) => ({y: [i, i + 1], name: `series number ${i}`}));
+        await Plotly.newPlot(div, data, {height: 300, legend, showlegend: true, margin: {autoexpand: false}});
+      }
+    }""")
+    found = page.evaluate(LEGEND_FIT_JS)
+    assert any(p.startswith("wide: legend 0") and "cut off" in p for p in found), found
+    assert any(p.startswith("tall: legend 0") and "scroll bar" in p for p in found), found
 
 
 @pytest.mark.parametrize("rel", PAGES)
