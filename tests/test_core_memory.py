@@ -217,3 +217,31 @@ def test_repeated_calls_fault_in_little_beyond_the_result(form):
         _call(form, q, k, v)
     faults = (resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before) / 3
     assert faults < result_pages + 400, f"{faults:.0f} page faults per call ({result_pages} for the result)"
+    if _thp_mode() in ("always", "madvise"):  # the result's whole 2 MiB pages fault once each
+        assert faults < result_pages / 4, f"{faults:.0f} page faults per call: no huge pages for the result?"
+
+
+def _thp_mode() -> str:
+    try:
+        with open("/sys/kernel/mm/transparent_hugepage/enabled") as f:
+            return f.read().split("[")[1].split("]")[0]
+    except (OSError, IndexError):
+        return "unavailable"
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64", "bfloat16"])
+def test_large_results_are_plain_torch_tensors_with_a_page_hint(dtype):
+    # fast.pages.empty: torch allocates (and frees) the result; only a madvise hint is added
+    torch = pytest.importorskip("torch")
+    from linattn_core.fast import pages
+
+    like = torch.empty(0, dtype=getattr(torch, dtype))
+    shape = (3, pages._LARGE // like.element_size() // 3 // 64 + 1, 64)
+    out = pages.empty(shape, like)
+    assert tuple(out.shape) == shape and out.dtype == like.dtype and out.is_contiguous()
+    st = out.untyped_storage()
+    assert st.nbytes() == out.numel() * out.element_size() and st.resizable()
+    out.fill_(2)
+    assert bool((out == 2).all())
+    small = pages.empty((4, 5), like)
+    assert small.untyped_storage().nbytes() == 20 * like.element_size()

@@ -12,14 +12,14 @@ runs is decided in one place, :func:`which`:
   ``_FAST_MIN_N`` tokens on;
 - ``None``: everything else. numpy arrays; GPUs, where the batched reference forms keep the device
   busy; the recurrent and cumsum forms, which the reader asked for by name; and inputs that need
-  gradients, since the fast forms write into buffers in place. A backward pass of its own would be
-  chosen here too, as one more branch of :func:`which`.
+  gradients, since the fast forms write into buffers in place (``linear.py`` gives causal ones to the
+  autograd Function of ``linear_grad``, whose forward comes back here without them).
 
 Results are ordinary tensors owned by the caller, and nothing is kept between calls: each call
 allocates its few MiB of buffers, which glibc hands back from its heap the next time (measured: no
-page faulted in afresh; only a result too large for the heap is, as for any torch op). This package
-imports from the rest only ``_backend`` and the feature-map classes; outside it, ``linear`` calls
-:func:`linear_attention` and the public ``native`` module re-exports :mod:`.kernel`.
+page faulted in afresh); a result too large for the heap is hinted onto huge pages (:mod:`.pages`).
+This package imports from the rest only ``_backend`` and the feature-map classes; outside it,
+``linear`` calls :func:`linear_attention` and the public ``native`` module re-exports :mod:`.kernel`.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from typing import Any
 
 from .. import _backend as B
 from ..feature_maps import FeatureMap, Identity
-from . import kernel, torch_cpu
+from . import kernel, pages, torch_cpu
 
 __all__ = ["linear_attention", "which"]
 
@@ -76,7 +76,7 @@ def linear_attention(q: Any, k: Any, v: Any, phi: FeatureMap, *, causal: bool, e
         if not causal:
             out, den = torch_cpu.noncausal(Q, K, V, phi, eps)
         elif form == "kernel":
-            out, den = Q.new_empty((*Q.shape[:2], d_v)), Q.new_empty(tuple(Q.shape[:2]))
+            out, den = pages.empty((*Q.shape[:2], d_v), Q), Q.new_empty(tuple(Q.shape[:2]))
             kernel.chunked(Q, K, V, phi, eps, min(chunk_size, n_q), out, den)
         else:
             out, den = torch_cpu.chunked(Q, K, V, phi, eps, min(chunk_size, n_q))

@@ -16,6 +16,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from .. import _backend as B
+from . import pages
 from .features import into
 
 # Work a block at a time, carrying (S, z) between blocks, so that the intermediates stay small enough
@@ -26,7 +27,7 @@ _BLOCK_ROWS = 4096
 
 def _results(nb: int, n: int, d_v: int, like: Any) -> tuple[Any, Any]:
     """out: (nb, n, d_v) and den: (nb, n), each an ordinary tensor with storage of its own."""
-    return like.new_empty((nb, n, d_v)), like.new_empty((nb, n))
+    return pages.empty((nb, n, d_v), like), like.new_empty((nb, n))
 
 
 def _buffers(like: Any, **shapes: tuple[int, ...]) -> dict[str, Any]:
