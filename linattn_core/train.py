@@ -123,12 +123,23 @@ def pick_device(device: str) -> str:
 
 def hardware(device: str) -> dict:
     """What the run's speed depends on: the processor or GPU, threads, library versions."""
-    info = {"device": device, "platform": platform.platform(), "processor": platform.processor(),
+    info = {"device": device, "platform": platform.platform(), "processor": _cpu_name(),
             "cpu_count": os.cpu_count(), "torch_threads": torch.get_num_threads(),
             "torch": torch.__version__, "python": platform.python_version()}
     if device == "cuda":
         info["gpu"] = torch.cuda.get_device_name()
     return info
+
+
+def _cpu_name() -> str:
+    """The CPU's model name (Linux: /proc/cpuinfo), else what :func:`platform.processor` says."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor()
 
 
 def git_commit() -> str | None:
