@@ -3,8 +3,8 @@
 Each explorer shows the right form for where it runs:
 
 - in a live kernel (JupyterLab, Colab): an :class:`Explorer`, an ipywidgets container of labelled
-  controls above a plotly ``FigureWidget``; moving a control calls a ``viz`` builder and copies the new
-  figure into the widget;
+  controls above a plotly figure drawn in an ``ipywidgets.Output``; moving a control calls a ``viz``
+  builder and draws the new figure;
 - during the book build (``LINATTN_BOOK_BUILD`` set) or with ``static=True``: the builder's *static twin*,
   one plotly figure whose own sliders and menus (frames, ``restyle``/``update`` of precomputed variants)
   work on a static web page with no kernel behind it.
@@ -56,68 +56,46 @@ def _check_choice(name: str, value: Any, options: Sequence[Any], options_name: s
         raise ValueError(f"{name}={value!r} must be one of {options_name}={list(options)}")
 
 
-def _sync(target: go.FigureWidget, fig: go.Figure) -> None:
-    """Make ``target`` show ``fig``: update traces in place when their types match, else replace them."""
-    same = len(target.data) == len(fig.data) and all(
-        a.type == b.type for a, b in zip(target.data, fig.data, strict=True))
-    with target.batch_update():
-        if same:
-            for old, new in zip(target.data, fig.data, strict=True):
-                props = new.to_plotly_json()
-                props.pop("type", None)
-                props.pop("uid", None)
-                old.update(props, overwrite=True)
-        else:
-            target.data = []
-            target.add_traces(list(fig.data))
-        target.layout.update(fig.layout.to_plotly_json(), overwrite=True)
-
-
-def _enable_colab_widgets() -> None:
-    """Colab renders third-party widgets (plotly's FigureWidget) only with its custom widget manager."""
-    if "google.colab" in sys.modules:  # pragma: no cover - only on Colab
-        from google.colab import output  # type: ignore[import-not-found]
-
-        output.enable_custom_widget_manager()
+def _renderer() -> str:
+    """plotly's renderer for a live explorer's figure: Colab's own there; elsewhere plotly's mimetype,
+    which JupyterLab, Notebook 7, VS Code and Binder draw with the jupyterlab-plotly extension that is
+    installed with plotly."""
+    return "colab" if "google.colab" in sys.modules else "plotly_mimetype"
 
 
 class Explorer(W.VBox):
     """A live explorer: an ipywidgets VBox of labelled controls above a figure that follows them.
 
+    The figure is drawn into an :class:`ipywidgets.Output` as an ordinary plotly output, redrawn whole
+    on every change, not into a plotly ``FigureWidget``. A FigureWidget is an anywidget whose browser
+    side must load plotly's 5 MB bundle within anywidget's 2 s limit; where it does not (a loaded
+    machine, a slow Binder) its model drops every message sent after its comm opened, and plotly sends a
+    FigureWidget's traces and layout in such a message, so the figure comes up blank and never follows
+    its controls. An Output and the plotly mimetype have no time limit: each redraw is one output
+    message, rendered whenever the browser gets to it.
+
     Attributes
     ----------
     controls : dict[str, ipywidgets.Widget]
         The controls by name; setting ``controls[name].value`` redraws, as moving the control does.
-    figure : plotly.graph_objects.FigureWidget or None
-        The figure shown (``None`` in the ``ipywidgets.Output`` fallback used when plotly's FigureWidget
-        cannot be created, e.g. without anywidget).
+    output : ipywidgets.Output
+        Where the figure is drawn.
     last_figure : plotly.graph_objects.Figure
-        What the builder returned for the current control values.
+        What the builder returned for the current control values: the figure shown.
     """
 
     def __init__(self, controls: Mapping[str, W.ValueWidget], render: Callable[..., go.Figure], *,
-                 description: str = "", extra: Sequence[W.Widget] = (), use_figure_widget: bool = True,
-                 **kwargs: Any) -> None:
+                 description: str = "", extra: Sequence[W.Widget] = (), **kwargs: Any) -> None:
         self.controls = dict(controls)
         self._render = render
+        self.output = W.Output()
         self.last_figure = render(**self.values)
-        self.figure: go.FigureWidget | None = None
-        self._output: W.Output | None = None
-        if use_figure_widget:
-            try:
-                _enable_colab_widgets()
-                self.figure = go.FigureWidget(self.last_figure)
-            except Exception:  # any failure of the widget front end (no anywidget): plain output
-                self.figure = None
-        if self.figure is None:
-            self._output = W.Output()
-            with self._output:
-                self.last_figure.show()
+        self._draw()
         for c in self.controls.values():
             c.observe(self._on_change, names="value")
         rows: list[W.Widget] = [W.HTML(f"<p>{html.escape(description)}</p>")] if description else []
         rows += [W.HBox([*extra, *self.controls.values()], layout=W.Layout(flex_flow="row wrap")),
-                 self.figure if self.figure is not None else self._output]
+                 self.output]
         super().__init__(children=rows, **kwargs)
 
     @property
@@ -125,14 +103,15 @@ class Explorer(W.VBox):
         """The current value of every control, by name (the builder's keyword arguments)."""
         return {name: c.value for name, c in self.controls.items()}
 
+    def _draw(self) -> None:
+        # wait=True: the old figure stays until the new one arrives, so the page does not jump
+        self.output.clear_output(wait=True)
+        with self.output:
+            self.last_figure.show(renderer=_renderer())
+
     def _on_change(self, _change: Any = None) -> None:
         self.last_figure = self._render(**self.values)
-        if self.figure is not None:
-            _sync(self.figure, self.last_figure)
-        else:
-            self._output.clear_output(wait=True)
-            with self._output:
-                self.last_figure.show()
+        self._draw()
 
 
 def _style() -> dict:

@@ -130,3 +130,10 @@ def test_postbuild_installs_the_package_without_its_dependencies():
     assert (BINDER / "postBuild").stat().st_mode & 0o111, "postBuild must be executable"
     installs = re.search(r"pip install --no-deps (-e )?\.\s*$", script, re.M)
     assert installs, "postBuild must install linattn_core"
+
+
+def test_binder_has_what_the_package_and_a_live_kernel_need(binder):
+    # linattn_core itself: torch and numpy; the figures and explorers: plotly (its jupyterlab-plotly
+    # extension draws them) and ipywidgets; the launch opens JupyterLab with a Python kernel.
+    needed = {"torch", "numpy", "plotly", "ipywidgets", "jupyterlab", "ipykernel"}
+    assert needed <= set(binder), f"binder/requirements.txt lacks {sorted(needed - set(binder))}"

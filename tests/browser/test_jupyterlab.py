@@ -345,3 +345,131 @@ def test_explorers_respond_in_jupyterlab(jupyterlab, browser, chapter):
         ctx.close()
         for session in _api(base, token, "api/sessions"):  # free the kernel's memory for the next chapter
             _api(base, token, f"api/sessions/{session['id']}", method="DELETE")
+
+
+# --- explorers under load: never a blank figure ------------------------------------------------------
+
+# A notebook with every explorer of the book, twice: as the chapters call it, and moved by its first
+# control in the same cell right after it is displayed (a reader's early click, a playing Play widget).
+# The second kind is the race: edits sent while the browser is still setting the figure's model up.
+LOAD_EXPLORERS = ["matrix_vs_state_explorer", "chunk_explorer", "feature_map_explorer",
+                  "performer_explorer", "cost_explorer", "decay_explorer"]
+LOAD_ROUNDS = 3
+LOAD_DRAW_S = 120  # every figure of the notebook drawn, from Run All's end, on a loaded machine
+
+LOAD_SETUP = """\
+import json
+from IPython.display import display
+from linattn_core import widgets
+
+
+def show_and_move(ex):
+    \"\"\"Display the explorer, move its first control at once, print the title the figure must show.\"\"\"
+    display(ex)
+    c = next(iter(ex.controls.values()))
+    options = [o[1] if isinstance(o, tuple) else o for o in getattr(c, "options", ())]
+    c.value = (options[-1] if c.value != options[-1] else options[0]) if options else c.max
+    print(json.dumps(ex.last_figure.layout.title.text))
+"""
+
+# Per explorer cell: its plotly figure's traces as the reader sees them. A trace counts as drawn when
+# its SVG holds a path with geometry ('M...'), a heatmap's image with pixels, or text; gd.data alone is
+# not enough (a view can hold data it never drew). ``expected``: the title the cell printed, if any.
+DRAWN_TRACES_JS = """
+() => Array.from(document.querySelectorAll('[data-linattn-explorer]')).map(cell => {
+  const out = cell.querySelector('.jp-OutputArea-output[data-mime-type="application/vnd.jupyter.stdout"]');
+  const expected = out ? JSON.parse(out.textContent.trim()) : null;
+  const gd = cell.querySelector('.js-plotly-plot');
+  if (!gd) return {figure: false, expected};
+  const href = (i) => i.getAttribute('href') || i.getAttribute('xlink:href') || '';
+  const geometry = (p) => /M\\s*-?[\\d.]/.test(p.getAttribute('d') || '');
+  // heatmaps are drawn as an image in a g.hm group, which plotly does not class as a trace
+  const traces = Array.from(gd.querySelectorAll(
+    '.cartesianlayer g.trace, .cartesianlayer g.hm, .imagelayer image'));
+  const drawn = traces.filter(t => t.tagName === 'image' ? href(t).length > 30
+    : Array.from(t.querySelectorAll('path')).some(geometry)
+      || Array.from(t.querySelectorAll('image')).some(i => href(i).length > 30)
+      || t.querySelector('text') !== null).length;
+  const r = gd.getBoundingClientRect();
+  const title = gd.layout && gd.layout.title ? (gd.layout.title.text ?? gd.layout.title) : null;
+  return {figure: true, n_data: (gd.data || []).length, drawn, title, expected,
+          width: Math.round(r.width), height: Math.round(r.height)};
+})
+"""
+
+
+def _explorers_notebook() -> dict:
+    sources = [LOAD_SETUP]
+    sources += [f"widgets.{name}()" for name in LOAD_EXPLORERS]
+    sources += [f"show_and_move(widgets.{name}())" for name in LOAD_EXPLORERS]
+    cells = [{"cell_type": "code", "metadata": {}, "outputs": [], "execution_count": None, "source": src}
+             for src in sources]
+    kernel = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    return {"cells": cells, "metadata": {"kernelspec": kernel}, "nbformat": 4, "nbformat_minor": 5}
+
+
+def _not_drawn(states: list[dict]) -> list[str]:
+    names = LOAD_EXPLORERS + [f"{n} moved at once" for n in LOAD_EXPLORERS]
+    bad = []
+    for name, s in zip(names, states, strict=False):
+        if not s["figure"]:
+            bad.append(f"{name}: no plotly figure")
+        elif s["n_data"] == 0 or s["drawn"] == 0:
+            bad.append(f"{name}: blank figure ({s})")
+        elif s["width"] < 50 or s["height"] < 50:
+            bad.append(f"{name}: figure drawn with no room ({s})")
+        elif s["expected"] is not None and s["title"] != s["expected"]:
+            bad.append(f"{name}: shows a stale figure: {s['title']!r}, not {s['expected']!r}")
+    if len(states) < len(names):
+        bad.append(f"only {len(states)} of {len(names)} explorer cells found")
+    return bad
+
+
+@pytest.fixture
+def busy_core():
+    """A process that keeps one core busy for the test's duration (a reader's laptop doing something)."""
+    proc = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        yield proc
+    finally:
+        proc.kill()
+        proc.wait(timeout=10)
+
+
+def test_explorers_never_come_up_blank_under_load(jupyterlab, browser, busy_core):
+    """Open a notebook of every explorer, Run All, with a core kept busy, several times: every
+    FigureWidget must come up with its traces drawn, showing its controls' current values."""
+    if not CHROMIUM.exists():
+        missing(f"{CHROMIUM} is missing (run `scripts/install_browser.sh`)")
+    base, token, log_path = jupyterlab
+    name = "explorers_under_load.ipynb"
+    (log_path.parent / "book" / name).write_text(json.dumps(_explorers_notebook()), encoding="utf-8")
+    failures = []
+    for round_ in range(LOAD_ROUNDS):
+        ctx = browser.new_context(viewport={"width": 1400, "height": 1000})
+        page = ctx.new_page()
+        try:
+            url = f"{base}lab/workspaces/load-{round_}/tree/{name}?reset&token={token}"
+            page.goto(url, wait_until="load", timeout=SERVER_START_S * 1000)
+            page.wait_for_function(NOTEBOOK_READY_JS, timeout=SERVER_START_S * 1000, polling=500)
+            _run_all_from_menu(page)
+            _wait_for_run(page, name)
+            errors = page.evaluate(CELL_ERRORS_JS)
+            assert not errors, f"round {round_}: cells failed:\n  " + "\n  ".join(errors)
+            page.evaluate(MARK_EXPLORERS_JS, EXPLORER_CALL.pattern)
+            deadline = time.monotonic() + LOAD_DRAW_S
+            while True:
+                bad = _not_drawn(page.evaluate(DRAWN_TRACES_JS))
+                if not bad or time.monotonic() > deadline:
+                    break
+                page.wait_for_timeout(1000)
+            failures += [f"round {round_}: {b}" for b in bad]
+            if bad:
+                shot = ROOT / "_build" / "screenshots" / "jupyterlab" / f"load-{round_}.png"
+                shot.parent.mkdir(parents=True, exist_ok=True)
+                page.screenshot(path=str(shot), full_page=False)
+        finally:
+            ctx.close()
+            for session in _api(base, token, "api/sessions"):
+                _api(base, token, f"api/sessions/{session['id']}", method="DELETE")
+    assert not failures, "explorers that came up blank or stale under load:\n  " + "\n  ".join(failures)
