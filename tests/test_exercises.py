@@ -37,11 +37,16 @@ CHAPTER_PATHS = {
                     "exercises.associative.associative_form", "exercises.associative.crossover"},
     "feature_maps": {"exercises.feature_maps.elu_plus_one",
                      "exercises.feature_maps.performer_features"},
-    "causal": {"exercises.causal.prefix_sums", "exercises.causal.streaming_step"},
-    "tradeoffs": {"exercises.tradeoffs.clamped_normalise", "exercises.tradeoffs.kv_cache_bytes"},
-    "beyond": {"exercises.beyond.delta_loop"},
+    "causal": {"exercises.causal.prefix_sums", "exercises.causal.streaming_step",
+               "exercises.causal.chunked_form"},
+    "tradeoffs": {"exercises.tradeoffs.clamped_normalise", "exercises.tradeoffs.kv_cache_bytes",
+                  "exercises.tradeoffs.exact_capacity"},
+    "training": {"exercises.training.decay_step", "exercises.training.model_state_bytes"},
+    "beyond": {"exercises.beyond.delta_loop", "exercises.beyond.normed_numerator"},
 }
 ARRAY = [ex for ex in ALL if ex.kind == "array"]
+CAUSAL_FORMS = {"causal_cumsum", "delta_loop", "chunked_causal", "normed_numerator"}  # N_q = N_k
+NO_DENOMINATOR = {"normed_numerator"}  # its output is normalised by its own size, not by phi(q).z
 ATTENTION = [ex for ex in ARRAY if ex.arg_names[:3] == ("q", "k", "v")]
 WITH_PHI = [ex for ex in ATTENTION if "phi" in ex.arg_names]
 WITH_ARRAYS = [ex for ex in ALL if ex.kind in ("array", "triple")]  # array arguments
@@ -676,14 +681,16 @@ def test_the_cases_contain_what_the_tasks_promise():
         titles = [c.title for c in ex.cases()]
         assert any(c.args[0].shape[-2] == 1 for c in ex.cases()), (ex.name, titles)  # one token
         assert any(c.args[0].shape[-1] not in (4, 8, 16, 32, 64) for c in ex.cases()), ex.name
-        if ex.name not in ("causal_cumsum", "delta_loop"):  # causal forms: N_q = N_k
+        if ex.name not in CAUSAL_FORMS:  # causal forms: N_q = N_k
             assert any(c.args[0].shape[-2] != c.args[1].shape[-2] for c in ex.cases()), ex.name
     for ex in WITH_PHI:
+        if ex.name in NO_DENOMINATOR:
+            continue
         # relu features with a denominator exactly 0 and one in (0, eps)
         dens = []
         for case in ex.cases():
-            q, k, _, phi = case.args
-            dens.append(phi(q) @ phi(k).sum(-2)[..., None] if ex.name != "causal_cumsum"
+            q, k, phi = case.args[0], case.args[1], case.args[ex.arg_names.index("phi")]
+            dens.append(phi(q) @ phi(k).sum(-2)[..., None] if ex.name not in CAUSAL_FORMS
                         else np.einsum("...nf,...nf->...n", phi(q), np.cumsum(phi(k), -2)))
         assert any((d == 0).any() for d in dens), ex.name
         assert any(((d > 0) & (d < 1e-6)).any() for d in dens), ex.name
@@ -987,7 +994,7 @@ def test_mutating_inputs_then_answering_on_them_is_caught(ex, capsys):
                          ids=[e.name for e in WITH_PHI] + ["streaming_step"])
 def test_redrawing_the_performer_is_caught(ex, capsys):
     def fn(*args):
-        phi = args[-1]
+        phi = args[ex.arg_names.index("phi")]
         if hasattr(phi, "redraw"):
             phi.redraw(seed=12345)  # a new projection for this call
         return ex.solution_fn(*args)

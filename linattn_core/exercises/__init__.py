@@ -24,9 +24,14 @@ The exercises, by chapter (the attribute, then its name for ``get``)::
                   exercises.feature_maps.performer_features  performer_features
     causal        exercises.causal.prefix_sums               causal_cumsum
                   exercises.causal.streaming_step            streaming_step
+                  exercises.causal.chunked_form              chunked_causal
     tradeoffs     exercises.tradeoffs.clamped_normalise      clamped_normalise
                   exercises.tradeoffs.kv_cache_bytes         kv_cache_bytes
+                  exercises.tradeoffs.exact_capacity         exact_capacity
+    training      exercises.training.decay_step              decay_step
+                  exercises.training.model_state_bytes       model_state_bytes
     beyond        exercises.beyond.delta_loop                delta_loop
+                  exercises.beyond.normed_numerator          normed_numerator
 
 ``check(fn)`` runs ``fn`` on several seeded float64 inputs (one token, an odd length such as 7, a
 ``d`` other than the examples', batch dimensions, and the edge cases each task states) and compares
@@ -40,12 +45,12 @@ import *`` hides nothing; the chapter modules are not in ``__all__`` either.
 
 from __future__ import annotations
 
-from . import associative, beyond, causal, feature_maps, softmax, tradeoffs
+from . import associative, beyond, causal, feature_maps, softmax, tradeoffs, training
 from .checker import CheckResult, Exercise
 
 __all__ = ["EXERCISES", "CheckResult", "Exercise", "catalogue", "get"]
 
-_CHAPTERS = (softmax, associative, feature_maps, causal, tradeoffs, beyond)  # the book's order
+_CHAPTERS = (softmax, associative, feature_maps, causal, tradeoffs, training, beyond)  # book order
 
 EXERCISES: dict[str, Exercise] = {
     ex.name: ex

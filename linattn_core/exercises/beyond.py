@@ -1,13 +1,13 @@
-"""Exercises of the chapter beyond linear attention: ``delta_loop``."""
+"""Exercises of the chapter beyond linear attention: ``delta_loop`` and ``normed_numerator``."""
 
 from __future__ import annotations
 
 import numpy as np
 
 from .checker import Exercise, Mistake
-from .inputs import Case
+from .inputs import Case, attention_cases, lib_phi
 
-__all__ = ["delta_loop"]
+__all__ = ["delta_loop", "normed_numerator"]
 
 
 def _solution_delta_loop(q, k, v, beta):
@@ -114,4 +114,84 @@ delta_loop = Exercise(
     minutes=15,
     success="With unit-length keys and beta = 1 the state overwrites what it held under k_t: a "
             "memory that corrects itself, one token at a time.",
+)
+
+
+def _rms_rows(x):
+    # x: (..., d_v) -> each row scaled to a root-mean-square of 1
+    return x / np.sqrt(np.mean(x**2, axis=-1, keepdims=True))
+
+
+def _solution_normed_numerator(q, k, v, phi):
+    # q, k: (..., N, d), v: (..., N, d_v) -> (..., N, d_v): causal, no z, then a row-wise RMS norm
+    fq, fk = phi(q), phi(k)                                          # (..., N, d_phi)
+    S = np.cumsum(fk[..., :, None] * v[..., None, :], axis=-3)       # S_t: (..., N, d_phi, d_v)
+    num = np.einsum("...nf,...nfv->...nv", fq, S)                    # phi(q_t)^T S_t
+    return num / np.sqrt(np.mean(num**2, axis=-1, keepdims=True))    # RMS norm of every row
+
+
+def _ref_normed_numerator(q, k, v, phi):
+    from linattn_core import linear_attention
+
+    # after a row-wise norm the normaliser cancels (it is one positive number per row)
+    return _rms_rows(linear_attention(q, k, v, feature_map=lib_phi(phi), causal=True))
+
+
+def _numerator(q, k, v, phi, *, causal=True, use_phi_q=True):
+    fq, fk = (phi(q) if use_phi_q else q), phi(k)
+    scores = fq @ np.swapaxes(fk, -1, -2)
+    if causal:
+        scores = np.tril(scores)
+    return scores @ v
+
+
+normed_numerator = Exercise(
+    name="normed_numerator",
+    path="exercises.beyond.normed_numerator",
+    fn_name="normed_numerator",
+    chapter="beyond",
+    title="Drop z: normalise the output instead",
+    task="""
+        Write `normed_numerator(q, k, v, phi)` for q, k: (..., N, d), v: (..., N, d_v): causal
+        linear attention WITHOUT the normaliser z (only the numerator phi(q_t)^T S_t), followed
+        by an RMS norm of each output row (divide the row by the square root of the mean of its
+        squares, over d_v). Then explain what z would have changed. check() uses one token,
+        N = 7, d != d_v, batch dims and a feature map with d_phi != d, all with positive
+        features (no row of the numerator is zero).
+    """,
+    arg_names=("q", "k", "v", "phi"),
+    cases=lambda: [c for c in attention_cases(seed=911, cross=False) if "relu" not in c.title],
+    reference=_ref_normed_numerator,
+    solution_fn=_solution_normed_numerator,
+    hints=[
+        "The numerator is the causal linear attention of the causal chapter with the division "
+        "left out: prefix sums of phi(k_j) v_j^T, read with phi(q_t).",
+        "The norm works on each output row separately: "
+        "num / np.sqrt(np.mean(num**2, axis=-1, keepdims=True)).",
+        "What does z change? y_t = num_t / den_t with den_t > 0 a number per row, and the RMS "
+        "norm removes any positive number per row: with a norm after it, z changes nothing.",
+    ],
+    mistakes=[
+        Mistake(lambda q, k, v, phi: _numerator(q, k, v, phi),
+                "you returned the numerator without the RMS norm: divide each row by the root "
+                "mean square of its d_v entries."),
+        Mistake(lambda q, k, v, phi: _numerator(q, k, v, phi)
+                / np.sqrt(np.mean(_numerator(q, k, v, phi) ** 2, axis=-2, keepdims=True)),
+                "you normalised over the tokens (axis -2); the norm acts on each output row, over "
+                "its d_v entries (axis -1)."),
+        Mistake(lambda q, k, v, phi: _rms_rows(_numerator(q, k, v, phi, causal=False)),
+                "every token sees the whole sequence: the numerator must use prefix sums (token t "
+                "sees 0..t)."),
+        Mistake(lambda q, k, v, phi: _rms_rows(_numerator(q, k, v, phi, use_phi_q=False)),
+                "you did not apply phi to q: read the state with phi(q_t)."),
+        Mistake(lambda q, k, v, phi: _numerator(q, k, v, phi)
+                / np.linalg.norm(_numerator(q, k, v, phi), axis=-1, keepdims=True),
+                "you divided by the Euclidean norm; the RMS norm divides by "
+                "sqrt(mean of squares), which is the Euclidean norm / sqrt(d_v)."),
+    ],
+    difficulty=2,
+    minutes=15,
+    success="The normalised output gives the same rows after the norm: z is one positive number "
+            "per row, which the norm removes. Dropping it saves a state and a division by a "
+            "possibly tiny number.",
 )

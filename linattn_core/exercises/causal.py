@@ -1,4 +1,4 @@
-"""Exercises of the causal chapter: ``prefix_sums`` and ``streaming_step``."""
+"""Exercises of the causal chapter: ``prefix_sums``, ``streaming_step`` and ``chunked_form``."""
 
 from __future__ import annotations
 
@@ -9,9 +9,20 @@ import numpy as np
 from . import compare
 from .associative import memory_case_attention, ref_associative_attention
 from .checker import Exercise, Mistake
-from .inputs import EPS, Case, attention_cases, elu_phi, lib_phi, performer_phi, qkv, relu_phi
+from .inputs import (
+    BATCH,
+    EPS,
+    Case,
+    attention_cases,
+    elu_phi,
+    lib_phi,
+    performer_phi,
+    qkv,
+    relu_phi,
+    zero_denominator_qkv,
+)
 
-__all__ = ["prefix_sums", "streaming_step"]
+__all__ = ["chunked_form", "prefix_sums", "streaming_step"]
 
 
 def _solution_causal_cumsum(q, k, v, phi, eps=1e-6):
@@ -270,4 +281,119 @@ streaming_step = Exercise(
     success="A fixed-size state, updated once per token: this is what makes linear attention an "
             "RNN at inference time.",
     extra_check=_stream_whole_sequence,
+)
+
+
+def _solution_chunked_causal(q, k, v, phi, C, eps=1e-6):
+    # q, k: (..., N, d), v: (..., N, d_v), C: chunk size -> (..., N, d_v); derived from the recurrence
+    fq, fk = phi(q), phi(k)                                       # (..., N, d_phi)
+    S = np.zeros(fk.shape[:-2] + (fk.shape[-1], v.shape[-1]))    # state of every earlier chunk
+    z = np.zeros(fk.shape[:-2] + (fk.shape[-1],))
+    out = np.empty(v.shape[:-1] + (v.shape[-1],))
+    for a in range(0, q.shape[-2], C):
+        Qc, Kc, Vc = fq[..., a:a + C, :], fk[..., a:a + C, :], v[..., a:a + C, :]
+        A = np.tril(Qc @ np.swapaxes(Kc, -1, -2))                 # masked C x C block, diagonal kept
+        num = Qc @ S + A @ Vc                                     # earlier chunks + this chunk
+        den = np.einsum("...cf,...f->...c", Qc, z) + A.sum(-1)
+        out[..., a:a + C, :] = num / np.maximum(den, eps)[..., None]
+        S = S + np.swapaxes(Kc, -1, -2) @ Vc                      # then carry the state past it
+        z = z + Kc.sum(-2)
+    return out
+
+
+def _ref_chunked_causal(q, k, v, phi, C):
+    from linattn_core import linear_attention
+
+    return linear_attention(q, k, v, feature_map=lib_phi(phi), causal=True, method="chunked",
+                            chunk_size=C)
+
+
+def _chunked_variant(q, k, v, phi, C, *, carry=True, diagonal=True, update_first=False,
+                     mask=True, eps=EPS):
+    fq, fk = phi(q), phi(k)
+    S = np.zeros(fk.shape[:-2] + (fk.shape[-1], v.shape[-1]))
+    z = np.zeros(fk.shape[:-2] + (fk.shape[-1],))
+    out = np.empty(v.shape)
+    for a in range(0, q.shape[-2], C):
+        Qc, Kc, Vc = fq[..., a:a + C, :], fk[..., a:a + C, :], v[..., a:a + C, :]
+        if update_first:
+            S, z = S + np.swapaxes(Kc, -1, -2) @ Vc, z + Kc.sum(-2)
+        scores = Qc @ np.swapaxes(Kc, -1, -2)
+        A = (np.tril(scores) if diagonal else np.tril(scores, -1)) if mask else scores
+        num = (Qc @ S if carry else 0.0) + A @ Vc
+        den = (np.einsum("...cf,...f->...c", Qc, z) if carry else 0.0) + A.sum(-1)
+        out[..., a:a + C, :] = num / np.maximum(den, eps)[..., None]
+        if not update_first:
+            S, z = S + np.swapaxes(Kc, -1, -2) @ Vc, z + Kc.sum(-2)
+    return out
+
+
+def _cases_chunked_causal() -> list:
+    rng = np.random.default_rng(611)
+    return [
+        Case("N = 8, C = 4 (two whole chunks)", (*qkv(rng, 8, 8), elu_phi(), 4)),
+        Case("N = 7, C = 3 (a shorter last chunk)", (*qkv(rng, 7, 7), elu_phi(), 3)),
+        Case("one token, C = 4", (*qkv(rng, 1, 1), elu_phi(), 4)),
+        Case("C = 1 (the recurrence)", (*qkv(rng, 6, 6), elu_phi(), 1)),
+        Case("C = 16 > N = 10 (one chunk)", (*qkv(rng, 10, 10, d=5, d_v=2), elu_phi(), 16)),
+        Case(f"batch dims {BATCH}, N = 9, C = 4", (*qkv(rng, 9, 9, batch=BATCH), elu_phi(), 4),
+             batch_ndim=len(BATCH)),
+        Case("relu features, denominators 0 and below eps, C = 2",
+             (*zero_denominator_qkv(rng, 5), relu_phi(), 2)),
+        Case("a feature map with d_phi != d, C = 3",
+             (*qkv(rng, 6, 6, scale=0.5), performer_phi(4, 6, 611), 3)),
+    ]
+
+
+chunked_form = Exercise(
+    name="chunked_causal",
+    path="exercises.causal.chunked_form",
+    fn_name="chunked_causal",
+    chapter="causal",
+    title="Derive the chunked form from the recurrence",
+    task="""
+        Starting from the recurrence only (S_t = S_{t-1} + phi(k_t) v_t^T, z_t likewise,
+        y_t = phi(q_t)^T S_t / max(phi(q_t) . z_t, 1e-6)), derive how a whole chunk of C tokens
+        can be computed at once from the state before it, then write
+        `chunked_causal(q, k, v, phi, C)` for q, k: (..., N, d), v: (..., N, d_v), returning
+        (..., N, d_v). Loop over chunks, not tokens. check() uses C that divides N and C that
+        does not, C = 1, C > N, one token, batch dims and relu features whose denominators
+        reach 0.
+    """,
+    arg_names=("q", "k", "v", "phi", "C"),
+    cases=_cases_chunked_causal,
+    reference=_ref_chunked_causal,
+    solution_fn=_solution_chunked_causal,
+    hints=[
+        "Write y_t for a token t in chunk c as a sum over j <= t, and split it in two: the tokens "
+        "j in earlier chunks and the tokens j of chunk c up to t. The first part is the same "
+        "sum for every query of the chunk.",
+        "The earlier chunks enter only through their total, the state S (and z) before the "
+        "chunk: phi(q_t)^T S. The chunk's own part is a small masked attention: "
+        "tril(Q_c K_c^T) V_c, with the diagonal kept because a token sees itself.",
+        "For each chunk: A = np.tril(Qc @ Kc^T); num = Qc @ S + A @ Vc; "
+        "den = Qc . z + A.sum(-1); divide with the clamp; only then S += Kc^T Vc, z += Kc.sum. "
+        "Slicing fq[..., a:a + C, :] gives a shorter last chunk for free.",
+    ],
+    mistakes=[
+        Mistake(lambda q, k, v, phi, C: _chunked_variant(q, k, v, phi, C, carry=False),
+                "every chunk starts from an empty state: the earlier chunks never reach it. Read "
+                "the state before the chunk, phi(q_t)^T S, and carry S and z from chunk to chunk."),
+        Mistake(lambda q, k, v, phi, C: _chunked_variant(q, k, v, phi, C, diagonal=False),
+                "your mask drops the diagonal (np.tril(..., -1)): token t must see itself, as in "
+                "the recurrence (the update comes before the query)."),
+        Mistake(lambda q, k, v, phi, C: _chunked_variant(q, k, v, phi, C, update_first=True),
+                "you added the chunk's own pairs to the state before reading it, so they are "
+                "counted twice (once in S, once in the masked block). Read S, then update it."),
+        Mistake(lambda q, k, v, phi, C: _chunked_variant(q, k, v, phi, C, mask=False),
+                "inside a chunk every query sees every key of the chunk, future ones included: "
+                "mask the C x C block with np.tril."),
+        Mistake(lambda q, k, v, phi, C: _chunked_variant(q, k, v, phi, C, eps=0.0),
+                "you did not clamp the denominator: relu features can make it 0 (0/0 = NaN). "
+                "Divide by max(den, 1e-6)."),
+    ],
+    difficulty=3,
+    minutes=30,
+    success="C = 1 gives back the recurrence and C >= N the masked quadratic form: the chunk size "
+            "trades sequential steps against the size of the diagonal blocks.",
 )

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import functools
 import inspect
 import sys
 import textwrap
@@ -174,6 +175,8 @@ class Exercise:
         Progressive hints, the last one nearly the solution.
     kind : {"array", "triple", "int", "number"}
         What ``fn`` returns (``"number"``: a real number, equal to rounding).
+    unit : str
+        What an ``"int"`` answer counts, as the feedback names it (``"bytes"``, ``"pairs"``).
     mistakes : sequence of Mistake
         Typical wrong answers, tried when the reader's answer is wrong.
     forbid_warnings : bool
@@ -201,7 +204,7 @@ class Exercise:
                  mistakes: Sequence[Mistake] = (), forbid_warnings: bool = False,
                  memory_case: Callable | None = None, difficulty: int = 1, minutes: int = 10,
                  exception_hints: Sequence[tuple[str, str]] = (), success: str = "",
-                 extra_check: Callable | None = None):
+                 extra_check: Callable | None = None, unit: str = "bytes"):
         self.name = name
         self.path = path
         self.fn_name = fn_name
@@ -227,7 +230,8 @@ class Exercise:
         elif kind == "triple":
             self._compare, self._same = compare.compare_triple, compare.same_triple
         elif kind == "int":
-            self._compare, self._same = compare.compare_int, compare.same_int
+            self._compare = functools.partial(compare.compare_int, unit=unit)
+            self._same = compare.same_int
         elif kind == "number":
             self._compare, self._same = compare.compare_number, compare.same_number
         else:

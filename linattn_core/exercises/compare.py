@@ -243,29 +243,30 @@ def same_triple(a: Any, b: Any) -> bool:
     return all(same_array(x, y) for x, y in zip(a, b, strict=True))
 
 
-def compare_int(got: Any, expected: int) -> str | None:
+def compare_int(got: Any, expected: int, unit: str = "bytes") -> str | None:
+    """None if ``got`` is the int ``expected``, else what is wrong (``unit``: what is counted)."""
     if got is None:
         return "your function returned None"
     if is_generator(got):
         return GENERATOR
     if isinstance(got, (bool, np.bool_)):
-        return f"your function returned a bool ({got}), expected an int number of bytes"
+        return f"your function returned a bool ({got}), expected an int number of {unit}"
     if isinstance(got, (float, np.floating)):
         value = float(got)
         if math.isfinite(value) and value == expected:
             return (f"right number ({value!r}) but a float: return an int "
                     "(use integer arithmetic: `*` and `//`, not `/`; or wrap it in int(...))")
-        return f"expected {expected:,} bytes (an int), got the float {value!r}"
+        return f"expected {expected:,} {unit} (an int), got the float {value!r}"
     if not isinstance(got, (int, np.integer)):
-        return (f"your function returned a {type_name(got)}, expected an int number of bytes "
+        return (f"your function returned a {type_name(got)}, expected an int number of {unit} "
                 "(a Python int: int(...))")
     value = int(got)
     if value == expected:
         return None
     if value < 0:
-        return (f"expected {expected:,} bytes, got a negative number ({_int_text(value)}): a "
-                "count of bytes cannot be negative (an integer that wrapped around?)")
-    text = f"expected {expected:,} bytes, got {_int_text(value)}"
+        return (f"expected {expected:,} {unit}, got a negative number ({_int_text(value)}): a "
+                f"count of {unit} cannot be negative (an integer that wrapped around?)")
+    text = f"expected {expected:,} {unit}, got {_int_text(value)}"
     if expected and value.bit_length() < 1000:
         text += f" ({value / expected:.4g} times the right number)"
     return text

@@ -1,4 +1,5 @@
-"""Exercises of the trade-offs chapter: ``clamped_normalise`` and ``kv_cache_bytes``."""
+"""Exercises of the trade-offs chapter: ``clamped_normalise``, ``kv_cache_bytes`` and
+``exact_capacity``."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import numpy as np
 from .checker import Exercise, Mistake
 from .inputs import BATCH, EPS, Case
 
-__all__ = ["clamped_normalise", "kv_cache_bytes"]
+__all__ = ["clamped_normalise", "exact_capacity", "kv_cache_bytes"]
 
 
 def _solution_clamped_normalise(num, den, eps):
@@ -153,4 +154,64 @@ kv_cache_bytes = Exercise(
     minutes=5,
     success="It grows by (d + d_v) * itemsize bytes per token, forever; the linear-attention "
             "state stays at d_phi * (d_v + 1) numbers.",
+)
+
+
+def _solution_exact_capacity(d_phi, d_v):
+    # the least-squares state Phi^+ V is exact while the n feature vectors are linearly
+    # independent, which n <= d_phi of them can be (random ones are); d_v does not matter
+    return d_phi
+
+
+def _ref_exact_capacity(d_phi, d_v):
+    return int(d_phi)
+
+
+exact_capacity = Exercise(
+    name="exact_capacity",
+    path="exercises.tradeoffs.exact_capacity",
+    fn_name="exact_capacity",
+    chapter="tradeoffs",
+    title="Predict it first: how many pairs can a state recall exactly?",
+    task="""
+        Before running anything, predict: a memory stores n random key-value pairs (keys with
+        d_phi features, values with d_v entries) in a state S of shape d_phi x d_v, written in
+        the best possible way (the least-squares state). What is the largest n for which every
+        stored value can come back exactly? Write `exact_capacity(d_phi, d_v)` returning that n
+        as an int. check() uses d_phi != d_v in both directions; then the solution runs the
+        experiment to test the prediction.
+    """,
+    arg_names=("d_phi", "d_v"),
+    cases=lambda: [Case("d_phi = 16, d_v = 8", (16, 8)), Case("d_phi = 8, d_v = 64", (8, 64)),
+                   Case("d_phi = 32, d_v = 32", (32, 32)), Case("d_phi = 1, d_v = 5", (1, 5))],
+    reference=_ref_exact_capacity,
+    solution_fn=_solution_exact_capacity,
+    hints=[
+        "Reading the state with key i gives S^T phi(k_i). Exact recall of all n pairs means "
+        "Phi S = V, with the n feature vectors as the rows of Phi (n x d_phi).",
+        "Phi S = V has an exact solution S for every V when the rows of Phi are linearly "
+        "independent. How many vectors in d_phi dimensions can be linearly independent? Does d_v "
+        "enter at all?",
+    ],
+    kind="int",
+    unit="pairs",
+    mistakes=[
+        Mistake(lambda f, v: f * v, "d_phi * d_v counts the numbers in S, but each pair needs its "
+                "own direction in feature space: the limit is the number of linearly independent "
+                "keys, d_phi."),
+        Mistake(lambda f, v: f * (v + 1), "that is the size of S and z in numbers; the recall "
+                "limit is the number of independent feature directions, d_phi."),
+        Mistake(lambda f, v: v, "d_v limits how long each value is, not how many pairs fit; the "
+                "keys' feature dimension d_phi does."),
+        Mistake(lambda f, v: min(f, v), "d_v does not enter: each value column is a separate least-"
+                "squares problem with the same n x d_phi matrix of features."),
+        Mistake(lambda f, v: f // 2, "d_phi / 2 is about where linear attention's plain sum "
+                "already blurs badly; the best state is exact up to d_phi."),
+        Mistake(lambda f, v: f - 1, "off by one: d_phi independent vectors fit in d_phi "
+                "dimensions."),
+    ],
+    difficulty=1,
+    minutes=5,
+    success="The best state holds exactly d_phi pairs, whatever d_v is; linear attention's sum of "
+            "outer products is exact only when the keys' features are orthonormal.",
 )
