@@ -125,7 +125,7 @@ def load_quiz(chapter: str) -> list[dict]:
 
 
 # jupyterquiz loads MathJax from a CDN when the page has a MathJax without `typeset`; the site serves
-# its own MathJax and the notebooks need none (the questions are plain text), so that load is cut.
+# its own MathJax and the questions need none (they are plain text), so that load is cut.
 _CDN_MATHJAX = "https://cdn.jsdelivr.net/npm/mathjax@3/es5/tex-svg.js"
 
 
@@ -152,7 +152,10 @@ def quiz_html(chapter: str, seed: int = 0) -> str:
                "--jq-text-color": "#fafafa", "--jq-link-color": "#9abafa"}
     div = render_div(div_id, False, True, False, 1_000_000, 700, 10, "left")
     script = build_script(prefix, static, url, div_id, True).replace(_CDN_MATHJAX, "")
-    return f"{div}</div>{build_styles(div_id, colours)}<script>{script}{_label_inputs(div_id)}</script>"
+    # One scope per quiz, in which MathJax is undefined: the questions are plain text, and
+    # jupyterquiz's typesetting calls fail on JupyterLab's MathJax, which has no `version`.
+    script = f"(function () {{\nvar MathJax;\n{script}{_label_inputs(div_id)}}})();"
+    return f"{div}</div>{build_styles(div_id, colours)}<script>{script}</script>"
 
 
 def _label_inputs(div_id: str) -> str:
