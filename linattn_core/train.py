@@ -46,10 +46,10 @@ class TrainConfig:
     n_embd: int = 64
     block_size: int = 64
     batch_size: int = 16
-    max_steps: int = 400
+    max_steps: int = 300
     lr: float = 1e-2
     min_lr_ratio: float = 0.1  # the cosine decays to min_lr_ratio * lr
-    warmup_steps: int = 40
+    warmup_steps: int = 30
     weight_decay: float = 0.1
     grad_clip: float = 1.0
     eval_interval: int = 50  # validation loss at steps 0, eval_interval, ..., max_steps
