@@ -11,17 +11,20 @@ appeared among the pairs followed by its value::
     k_1 v_1 k_2 v_2 ... k_n v_n   q_1 a_1 q_2 a_2 ... q_m a_m      a_i = the value stored under q_i
 
 Keys are the tokens ``0 .. n_keys - 1``, values ``n_keys .. n_keys + n_values - 1``. The keys of one
-sequence are distinct, the values are drawn independently and uniformly, the queries are distinct
-stored keys in random order. The model reads the sequence left to right (causal) and is scored only
-where the next token is an answer: at the position of each query key ``q_i`` it must output ``a_i``.
-Every other target is :data:`IGNORE`, so the loss and the accuracy count the query positions only.
+sequence are distinct, the values are drawn independently and uniformly, each query is one of the
+stored keys drawn uniformly (so some keys are asked twice, others never). Drawing the queries
+independently matters: if they asked every key once, a model could answer the last ones by
+elimination (the stored value not yet given as an answer) without looking any key up. The model
+reads the sequence left to right (causal) and is scored only where the next token is an answer:
+at the position of each query key ``q_i`` it must output ``a_i``. Every other target is
+:data:`IGNORE`, so the loss and the accuracy count the query positions only.
 No fixed input-output map solves it: the answer depends on the pairs of that one sequence, so the
 model has to look the key up in its context (attention) or in its state (the linear kinds).
 
 A model that does not read the context can do no better than :func:`chance` = ``1 / n_values``:
 the value under a key is uniform and independent of everything outside the sequence. A model that
 reads the context but not the keys, and answers with one of the stored values at random, gets
-:func:`bag_chance`; only a lookup of the key does better than both.
+:func:`bag_chance`; to get far above both, a model has to look the key up.
 
 Training reuses the language model of :mod:`linattn_core.model` (the attention chosen by name) and
 the optimiser and schedule of :mod:`linattn_core.train`: AdamW, linear warm-up, cosine decay,
@@ -59,9 +62,6 @@ def _check_sizes(batch: int, n_pairs: int, n_keys: int, n_values: int, n_queries
             raise ValueError(f"{name} must be a positive int, got {value!r}")
     if n_pairs > n_keys:
         raise ValueError(f"n_pairs ({n_pairs}) needs as many distinct keys, but n_keys is {n_keys}")
-    if n_queries > n_pairs:
-        raise ValueError(f"n_queries ({n_queries}) must be at most n_pairs ({n_pairs}): "
-                         "the queries are distinct stored keys")
 
 
 def make_batch(batch: int, n_pairs: int, *, n_keys: int = 16, n_values: int = 16,
@@ -69,7 +69,7 @@ def make_batch(batch: int, n_pairs: int, *, n_keys: int = 16, n_values: int = 16
     """A seeded batch of MQAR sequences: ``inputs, targets``, both ``(batch, 2 n_pairs + 2 n_queries)`` int64.
 
     ``targets[b, t]`` is the answer where ``inputs[b, t]`` is a query key and :data:`IGNORE`
-    everywhere else. ``n_queries`` defaults to ``n_pairs`` (every stored key is asked once).
+    everywhere else. ``n_queries`` defaults to ``n_pairs``.
     The same ``seed`` gives the same batch on every machine (numpy's PCG64).
     """
     n_queries = n_pairs if n_queries is None else n_queries
@@ -77,7 +77,7 @@ def make_batch(batch: int, n_pairs: int, *, n_keys: int = 16, n_values: int = 16
     rng = np.random.default_rng(seed)
     keys = np.argsort(rng.random((batch, n_keys)), axis=1)[:, :n_pairs]  # (B, n) distinct keys
     values = n_keys + rng.integers(0, n_values, size=(batch, n_pairs))  # (B, n)
-    asked = np.argsort(rng.random((batch, n_pairs)), axis=1)[:, :n_queries]  # (B, m) which pairs
+    asked = rng.integers(0, n_pairs, size=(batch, n_queries))  # (B, m) which pairs, independently
     q, a = np.take_along_axis(keys, asked, 1), np.take_along_axis(values, asked, 1)  # (B, m)
     pairs = np.stack([keys, values], 2).reshape(batch, 2 * n_pairs)
     queries = np.stack([q, a], 2).reshape(batch, 2 * n_queries)
@@ -269,6 +269,7 @@ def run_preset(name: str, *, kinds: list[str] | None = None, progress: bool = Tr
     if threads is not None:
         torch.set_num_threads(threads)
     preset, t0, runs = PRESETS[name], time.perf_counter(), []
+    commit = git_commit()  # the code that runs is the code at the start (HEAD may move meanwhile)
     if kinds is not None and not set(kinds) <= set(preset.kinds):
         raise ValueError(f"kinds must be among the preset's {preset.kinds}, got {kinds!r}")
     for kind, width, n_pairs in preset.runs():
@@ -279,7 +280,7 @@ def run_preset(name: str, *, kinds: list[str] | None = None, progress: bool = Tr
         print(f"{kind:8s} width {width:3d}  {n_pairs:2d} pairs: accuracy {result['final_accuracy']:.3f}"
               f" (chance {result['chance']:.3f}), {result['wall_s']:.1f} s", flush=True)
     return {"preset": name, "command": f"python -m linattn_core.mqar --preset {name}",
-            "sweep": {**asdict(preset), "kinds": list(preset.kinds)}, "git_commit": git_commit(),
+            "sweep": {**asdict(preset), "kinds": list(preset.kinds)}, "git_commit": commit,
             "hardware": hardware("cpu"), "wall_s": time.perf_counter() - t0, "runs": runs}
 
 
@@ -320,6 +321,9 @@ def main(argv: list[str] | None = None) -> dict:
     args = parser.parse_args(argv)
     if args.merge:
         results = merge([json.loads(Path(p).read_text()) for p in args.merge])
+        results["command"] = ("python -m linattn_core.mqar --preset full --kinds KIND --threads 1 --json PART"
+                              " (one process per kind), then python -m linattn_core.mqar --merge PARTS"
+                              f" --json {args.json}")
     else:
         results = run_preset(args.preset, kinds=args.kinds, progress=not args.no_progress,
                              threads=args.threads)

@@ -38,7 +38,6 @@ def test_layout_pairs_then_queries():
     assert bool((y[:, : 2 * n] == mqar.IGNORE).all()) and bool((y[:, 2 * n + 1 :: 2] == mqar.IGNORE).all())
     for b in range(7):  # the target at each query key is the value stored under that key
         stored = dict(zip(keys[b].tolist(), values[b].tolist(), strict=True))
-        assert len(set(queries[b].tolist())) == m
         for j, q in enumerate(queries[b].tolist()):
             assert y[b, 2 * n + 2 * j].item() == stored[q]
             assert x[b, 2 * n + 2 * j + 1].item() == stored[q]  # and the answer follows in the input
@@ -52,7 +51,7 @@ def test_seeded():
 
 
 @pytest.mark.parametrize("kwargs, name", [({"n_pairs": 9, "n_keys": 8}, "n_pairs"),
-                                          ({"n_pairs": 3, "n_queries": 4}, "n_queries"),
+                                          ({"n_pairs": 3, "n_queries": 0}, "n_queries"),
                                           ({"n_pairs": 0}, "n_pairs"),
                                           ({"n_pairs": 2, "n_values": 0}, "n_values")])
 def test_bad_sizes_name_the_argument(kwargs, name):
