@@ -1,9 +1,9 @@
 """The autograder release (scripts/make_assignments.py): grades agree with check().
 
 The fast tests run the generated source notebooks in-process: every solution cell passes its
-graded cell. The nbgrader test runs the real cycle on the trade-offs assignment (two exercises):
-generate the release, hand in a correct, a partly wrong and a blank notebook, autograde, and read
-the gradebook: 2, 1 and 0 points.
+graded cell. The nbgrader test runs the real cycle on the trade-offs assignment: generate the release, hand in
+a correct notebook, one with a wrong ``kv_cache_bytes`` and a blank one, autograde, and read the
+gradebook: full marks, one point less, and none.
 """
 
 from __future__ import annotations
@@ -96,7 +96,9 @@ def test_nbgrader_grades_right_wrong_and_blank(tmp_path):
     make_assignments.write_course(course, ["tradeoffs"])
     _nbgrader(course, "generate_assignment", "tradeoffs")
     release = nbformat.read(course / "release" / "tradeoffs" / "tradeoffs.ipynb", as_version=4)
-    right = {name: exercises.get(name).solution_source() for name in ("clamped_normalise", "kv_cache_bytes")}
+    names = [ex.name for ex in make_assignments.chapters()["tradeoffs"]]
+    assert "kv_cache_bytes" in names
+    right = {name: exercises.get(name).solution_source() for name in names}
     keys_only = "def kv_cache_bytes(t, d, d_v, itemsize):\n    return t * d * itemsize"
     submissions = {"right": right, "wrong": {**right, "kv_cache_bytes": keys_only}, "blank": {}}
     for learner, answers in submissions.items():
@@ -109,8 +111,8 @@ def test_nbgrader_grades_right_wrong_and_blank(tmp_path):
 
     with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gb:
         scores = {s: gb.find_submission("tradeoffs", s).score for s in submissions}
-        assert gb.find_assignment("tradeoffs").max_score == 2
-    assert scores == {"right": 2, "wrong": 1, "blank": 0}
+        assert gb.find_assignment("tradeoffs").max_score == len(names)
+    assert scores == {"right": len(names), "wrong": len(names) - 1, "blank": 0}
     graded = nbformat.read(course / "autograded" / "wrong" / "tradeoffs" / "tradeoffs.ipynb", as_version=4)
     feedback = "".join(o.get("text", "") + str(o.get("evalue", "")) for c in graded.cells
                        if c.cell_type == "code" for o in c.outputs)
