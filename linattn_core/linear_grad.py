@@ -32,8 +32,10 @@ recurrence again and keeps only the state at the start of each block of chunks (
 recomputing inside each block the per-chunk states ``S``, the scores and the outputs, and carrying
 the suffix states ``R, r`` backwards. The forward saves only its inputs: nothing per token, and never an
 ``N x d_phi x d_v`` tensor. For an elementwise feature map the inputs are ``q`` and ``k`` themselves;
-``phi`` is recomputed a block at a time in the backward and its own gradient comes from ordinary
-autograd on that block, so neither ``phi(q)`` nor its gradient is ever stored whole.
+``phi`` is recomputed a block at a time in the backward, so neither ``phi(q)`` nor its gradient is
+ever stored whole. Its own gradient is ``dphi/dx`` times the features' gradient: for the maps whose
+derivative is known (elu+1, relu, relu+1, softplus) ``phi`` and ``dphi/dx`` come from one pass over the
+block (see :data:`_SLOPES`); for any other map from ordinary autograd on that block.
 
 The backward is written with differentiable torch ops, so second derivatives (double backward)
 work too.
@@ -49,7 +51,7 @@ from typing import Any
 
 from . import _backend as B
 from .attention import warn_nonpositive
-from .feature_maps import FeatureMap, Identity, as_feature_map
+from .feature_maps import EluPlusOne, FeatureMap, Identity, ReLU, ReLUPlusOne, Softplus, as_feature_map
 
 __all__ = ["causal_linear_attention", "needs_grad", "switched_off"]
 
@@ -176,9 +178,11 @@ def _blocks(n: int, C: int, nb: int) -> list[tuple[int, int, int]]:
     return blocks
 
 
-def _chunks(x: Any, a: int, b: int, c: int) -> Any:
-    """Tokens ``[a, b)`` of ``x: (nb, N, w)`` as chunks: ``(nb, G, c, w)``."""
-    return x[:, a:b].reshape(int(x.shape[0]), (b - a) // c, c, int(x.shape[-1])).contiguous()
+def _chunks(x: Any, a: int, b: int, c: int, copy: bool = True) -> Any:
+    """Tokens ``[a, b)`` of ``x: (nb, N, w)`` as chunks: ``(nb, G, c, w)``, contiguous (one bmm takes
+    them) unless ``copy=False`` (a strided view, for a map that writes fresh features anyway)."""
+    view = x[:, a:b].reshape(int(x.shape[0]), (b - a) // c, c, int(x.shape[-1]))
+    return view.contiguous() if copy else view
 
 
 class _Decay:
@@ -285,7 +289,39 @@ def _block_forward(Q: Any, K: Any, V: Any, decay: _Decay | None, S0: Any, z0: An
 
 
 def _features(phi: FeatureMap | None, x: Any) -> Any:
-    return x if phi is None else phi(x)
+    """phi(x) of a block, (nb, G, c, d) -> (nb, G, c, f), a fresh contiguous tensor."""
+    if phi is None:
+        return x.contiguous()
+    known = _SLOPES.get(type(phi))
+    return phi(x).contiguous() if known is None else known(x, False)[0]
+
+
+def _elu_plus_one(x: Any, slope: bool) -> tuple[Any, Any]:
+    # phi = exp(min(x, 0)) + max(x, 0): x + 1 for x > 0, exp(x) otherwise (the values of EluPlusOne);
+    # dphi/dx = exp(min(x, 0)): 1 for x > 0, exp(x) = phi otherwise
+    torch = B.torch_module()
+    e = torch.clamp(x, max=0).exp_()
+    return torch.clamp(x, min=0).add_(e), e
+
+
+def _relu(x: Any, slope: bool) -> tuple[Any, Any]:
+    torch = B.torch_module()  # phi = max(x, 0), dphi/dx = [x > 0]
+    return torch.clamp(x, min=0), ((x > 0).to(x.dtype) if slope else None)
+
+
+def _relu_plus_one(x: Any, slope: bool) -> tuple[Any, Any]:
+    F, dF = _relu(x, slope)  # phi = max(x, 0) + 1, the same slope
+    return F.add_(1), dF
+
+
+def _softplus(x: Any, slope: bool) -> tuple[Any, Any]:
+    torch = B.torch_module()  # phi = log(1 + exp(x)), dphi/dx = sigmoid(x)
+    return torch.logaddexp(x, x.new_zeros(())), (torch.sigmoid(x) if slope else None)
+
+
+#: ``phi`` and ``dphi/dx`` in one pass, ``f(x, slope) -> (phi(x), dphi/dx or None)``, for the maps whose
+#: derivative is known, keyed by exact type (a subclass may change the formula: it gets autograd).
+_SLOPES = {EluPlusOne: _elu_plus_one, ReLU: _relu, ReLUPlusOne: _relu_plus_one, Softplus: _softplus}
 
 
 def _dim(phi: FeatureMap | None, x: Any) -> int:
@@ -308,7 +344,7 @@ def forward(x_q: Any, x_k: Any, v: Any, log_g: Any, phi: FeatureMap | None, eps:
     outs, dens = [], []
     for a, b, c in _blocks(n, C, nb):
         mask = B.causal_mask(c, X_q)
-        Q, K = _features(phi, _chunks(X_q, a, b, c)), _features(phi, _chunks(X_k, a, b, c))
+        Q, K = (_features(phi, _chunks(X, a, b, c, copy=False)) for X in (X_q, X_k))
         _, num, den, _, (S, z) = _block_forward(Q, K, _chunks(V, a, b, c), _decay(lg, a, b, c, mask),
                                                 S, z)
         if normalize:
@@ -347,7 +383,7 @@ def backward(x_q: Any, x_k: Any, v: Any, log_g: Any, dout: Any, phi: FeatureMap 
     for a, b, c in blocks:
         starts.append((S, z))
         decay = _decay(lg, a, b, c, B.causal_mask(c, X_q))
-        Kt = _decayed(_features(phi, _chunks(X_k, a, b, c)), "tail", decay)
+        Kt = _decayed(_features(phi, _chunks(X_k, a, b, c, copy=False)), "tail", decay)
         S = _scan(S, _mm(_T(Kt), _chunks(V, a, b, c)), decay)[1]
         z = None if z is None else _scan(z, Kt.sum(-2), decay)[1]
     # pass 2: from the last block to the first, carrying the suffix states (R, r)
@@ -356,7 +392,8 @@ def backward(x_q: Any, x_k: Any, v: Any, log_g: Any, dout: Any, phi: FeatureMap 
     for (a, b, c), (S0, z0) in zip(reversed(blocks), reversed(starts), strict=True):
         mask = B.causal_mask(c, X_q)
         decay = _decay(lg, a, b, c, mask)
-        (Q, xq), (K, xk) = (_features_grad(phi, _chunks(X, a, b, c), create_graph) for X in (X_q, X_k))
+        (Q, xq), (K, xk) = (_features_grad(phi, _chunks(X, a, b, c, copy=False), create_graph)
+                            for X in (X_q, X_k))
         Vc = _chunks(V, a, b, c)
         A, num, den, before, _ = _block_forward(Q, K, Vc, decay, S0, z0)
         g, beta = _grad_of_num_den(num, den, _chunks(dOut, a, b, c), eps)
@@ -368,10 +405,13 @@ def backward(x_q: Any, x_k: Any, v: Any, log_g: Any, dout: Any, phi: FeatureMap 
 
 
 def _features_grad(phi: FeatureMap | None, x: Any, create_graph: bool) -> tuple[Any, Any]:
-    """phi of a block with the graph of phi alone: (features, what autograd needs to map their
-    gradient back: the input and the features with their graph)."""
+    """phi of a block and what maps the features' gradient back to x: dphi/dx (a tensor) for a map
+    in :data:`_SLOPES`, else the input and the features with the graph of phi alone (a tuple)."""
     if phi is None:
-        return x, None
+        return x.contiguous(), None
+    known = _SLOPES.get(type(phi))
+    if known is not None and not create_graph:  # double backward differentiates phi by autograd
+        return known(x, True)
     torch = B.torch_module()
     with torch.enable_grad():
         x_in = x if create_graph else x.detach().requires_grad_()
@@ -439,18 +479,22 @@ class _Grads:
         dB = None
         if self.decay:  # d b_l = phi(q_l) . dphi(q_l) - phi(k_l) . dphi(k_l)
             dB = ((q[0] * q[2]).sum(-1) - (k[0] * k[2]).sum(-1)).reshape(nb, b - a)
-        for _, x, dF in (q, k):
+        for i, (_, x, dF) in enumerate((q, k)):
             dF = dF.reshape(nb, b - a, int(dF.shape[-1]))
-            if phi is not None:
+            if B.is_torch(x) and not self.create_graph:  # dphi/dx: dX = dphi/dx * dF, into the result
+                torch.mul(dF, x.reshape(dF.shape), out=self.whole[i][:, a:b])
+                dF = None
+            elif x is not None:
                 x_in, f = x
                 dF = torch.autograd.grad(f, x_in, dF.reshape(f.shape), create_graph=self.create_graph)[0]
-            rows.append(dF.reshape(nb, b - a, int(dF.shape[-1])))
+            rows.append(None if dF is None else dF.reshape(nb, b - a, int(dF.shape[-1])))
         rows.append(dV.reshape(nb, b - a, int(dV.shape[-1])))
         if self.create_graph:
             self.pieces.append((*rows, dB))
             return
         for whole, piece in zip(self.whole, rows, strict=True):
-            whole[:, a:b] = piece
+            if piece is not None:
+                whole[:, a:b] = piece
         if dB is not None:
             self.dB[:, a:b] = dB
 
