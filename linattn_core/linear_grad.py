@@ -270,17 +270,21 @@ def _decayed(x: Any, factor: Any, decay: _Decay | None) -> Any:
     return x if decay is None else x * getattr(decay, factor)
 
 
-def _block_forward(Q: Any, K: Any, V: Any, decay: _Decay | None, S0: Any, z0: Any) -> tuple:
+def _block_forward(Q: Any, K: Any, V: Any, decay: _Decay | None, S0: Any, z0: Any,
+                   with_num: bool = True) -> tuple:
     """One block: Q, K: (nb, G, c, f), V: (nb, G, c, d_v); S0: (nb, f, d_v), z0: (nb, f) or None,
     the state before it.
 
-    -> scores A (nb, G, c, c) (masked, decayed), num (nb, G, c, d_v), den (nb, G, c) or None, the
-    states before each chunk (S: (nb, G, f, d_v), z: (nb, G, f)) and after the block.
+    -> scores A (nb, G, c, c) (masked, decayed), num (nb, G, c, d_v) (None unless ``with_num``), den
+    (nb, G, c) or None, the states before each chunk (S: (nb, G, f, d_v), z: (nb, G, f)) and after
+    the block.
     """
     A = _masked(_mm(Q, _T(K)), decay)  # (nb, G, c, c)
     Kt = _decayed(K, "tail", decay)  # phi(k_j), decayed to the chunk's end
     S_before, S_after = _scan(S0, _mm(_T(Kt), V), decay)
-    num = _mm(A, V, add=_decayed(_mm(Q, S_before), "into", decay))  # inside the chunk + before it
+    num = None  # inside the chunk + before it
+    if with_num:
+        num = _mm(A, V, add=_decayed(_mm(Q, S_before), "into", decay))
     if z0 is None:
         return A, num, None, (S_before, None), (S_after, None)
     z_before, z_after = _scan(z0, Kt.sum(-2), decay)  # (nb, G, f)
@@ -395,9 +399,9 @@ def backward(x_q: Any, x_k: Any, v: Any, log_g: Any, dout: Any, phi: FeatureMap 
         (Q, xq), (K, xk) = (_features_grad(phi, _chunks(X, a, b, c, copy=False), create_graph)
                             for X in (X_q, X_k))
         Vc = _chunks(V, a, b, c)
-        A, num, den, before, _ = _block_forward(Q, K, Vc, decay, S0, z0)
-        g, beta = _grad_of_num_den(num, den, _chunks(dOut, a, b, c), eps)
-        dQ, dK, dV, (R, r) = _block_backward(Q, K, Vc, A, before, g, beta, decay, (R, r))
+        A, _, den, before, _ = _block_forward(Q, K, Vc, decay, S0, z0, with_num=False)
+        dQ, dK, dV, (R, r) = _block_backward(Q, K, Vc, A, den, eps, before, _chunks(dOut, a, b, c),
+                                             decay, (R, r))
         grads.put(a, b, phi, (Q, xq, dQ), (K, xk, dK), dV)
     dx_q, dx_k, dv, dlog_g = grads.result()
     return (dx_q.reshape(x_q.shape), dx_k.reshape(x_k.shape), dv.reshape(v.shape),
@@ -419,42 +423,37 @@ def _features_grad(phi: FeatureMap | None, x: Any, create_graph: bool) -> tuple[
     return (feats if create_graph else feats.detach()), (x_in, feats)
 
 
-def _grad_of_num_den(num: Any, den: Any, dout: Any, eps: float) -> tuple[Any, Any]:
-    """``a = dL/dnum`` and ``beta = dL/dden`` from ``out = num / max(den, eps)``; ``(dout, None)``
-    without a denominator.
-
-    num, dout: (nb, G, c, d_v), den: (nb, G, c) -> a (nb, G, c, d_v), beta (nb, G, c)
-    """
-    if den is None:
-        return dout, None
-    c = den.clamp_min(eps)
-    a = dout / c[..., None]
-    beta = -(a * num).sum(-1) / c * (den >= eps)  # no gradient through an active clamp
-    return a, beta
-
-
-def _block_backward(Q: Any, K: Any, V: Any, A: Any, before: tuple, g: Any, beta: Any,
+def _block_backward(Q: Any, K: Any, V: Any, A: Any, den: Any, eps: float, before: tuple, dout: Any,
                     decay: _Decay | None, later: tuple) -> tuple:
     """One block backwards.
 
-    Q, K: (nb, G, c, f), V, g (= a): (nb, G, c, d_v), beta: (nb, G, c) or None, A: (nb, G, c, c) the
-    masked, decayed scores, before: the states (S, z) before each chunk, later: the suffix states
+    Q, K: (nb, G, c, f), V, dout: (nb, G, c, d_v), A: (nb, G, c, c) the masked, decayed scores, den:
+    (nb, G, c) or None, before: the states (S, z) before each chunk, later: the suffix states
     (R: (nb, f, d_v), r: (nb, f)) of the later blocks -> dQ, dK (nb, G, c, f), dV (nb, G, c, d_v)
     and the suffix states before the block.
     """
     (S_before, z_before), (R_end, r_end) = before, later
-    with_beta = None if beta is None else beta[..., None]  # (nb, G, c, 1)
-    P = _masked(_mm(g, _T(V), add=with_beta), decay)  # (nb, G, c, c): P_ij = a_i . v_j + beta_i
-    # S_i a_i + beta_i z_i from the earlier chunks: (nb, G, c, f)
-    dQ_earlier = _mm(g, _T(S_before), add=None if beta is None else _mm(with_beta, z_before[:, :, None]))
-    dQ = _mm(P, K, add=_decayed(dQ_earlier, "into", decay))
+    c_i = None if den is None else den.clamp_min(eps)[..., None]  # (nb, G, c, 1)
+    g = dout if den is None else dout / c_i  # a_i = dL/dnum_i: (nb, G, c, d_v)
+    P = _mm(g, _T(V))  # (nb, G, c, c): a_i . v_j
+    dQ_earlier = _decayed(_mm(g, _T(S_before)), "into", decay)  # S_i a_i from the earlier chunks
+    with_beta = None
+    if den is not None:
+        # beta_i = -(a_i . num_i) / c_i with a_i . num_i = sum_j A_ij (a_i . v_j) + phi(q_i) . (S_i a_i):
+        # from the products already at hand, without recomputing num
+        a_num = (A * P).sum(-1) + (Q * dQ_earlier).sum(-1)
+        with_beta = (-a_num / c_i[..., 0] * (den >= eps))[..., None]  # (nb, G, c, 1); 0 where clamped
+        P = P + with_beta  # P_ij = a_i . v_j + beta_i
+        dQ_earlier = dQ_earlier + _decayed(with_beta * z_before[:, :, None], "into", decay)
+    P = _masked(P, decay)
+    dQ = _mm(P, K, add=dQ_earlier)
     Qi = _decayed(Q, "into", decay)  # phi(q_i), decayed from the chunk's start
     R_after, R_before = _scan_back(R_end, _mm(_T(Qi), g), decay)  # (nb, G, f, d_v)
     r_after, r_before = None, None
-    if beta is not None:  # r_j = sum_{i>=j} beta_i phi(q_i): (nb, G, f)
+    if with_beta is not None:  # r_j = sum_{i>=j} beta_i phi(q_i): (nb, G, f)
         r_after, r_before = _scan_back(r_end, _mm(_T(Qi), with_beta)[..., 0], decay)
     # R_j v_j + r_j from the later chunks: (nb, G, c, f)
-    dK_later = _mm(V, _T(R_after), add=None if beta is None else r_after[:, :, None])
+    dK_later = _mm(V, _T(R_after), add=None if with_beta is None else r_after[:, :, None])
     dK = _mm(_T(P), Q, add=_decayed(dK_later, "tail", decay))
     dV = _mm(_T(A), g, add=_decayed(_mm(K, R_after), "tail", decay))
     return dQ, dK, dV, (R_before, r_before)
