@@ -24,7 +24,8 @@ model has to look the key up in its context (attention) or in its state (the lin
 A model that does not read the context can do no better than :func:`chance` = ``1 / n_values``:
 the value under a key is uniform and independent of everything outside the sequence. A model that
 reads the context but not the keys, and answers with one of the stored values at random, gets
-:func:`bag_chance`; to get far above both, a model has to look the key up.
+:func:`bag_chance`; one that answers with the most frequent stored value gets :func:`mode_chance`,
+the best that never reads a key. Above that, a model has looked keys up.
 
 Training reuses the language model of :mod:`linattn_core.model` (the attention chosen by name) and
 the optimiser and schedule of :mod:`linattn_core.train`: AdamW, linear warm-up, cosine decay,
@@ -49,7 +50,7 @@ from .model import KINDS, LanguageModel, ModelConfig
 from .train import TrainConfig, _optimizer, git_commit, hardware, lr_at
 
 __all__ = ["IGNORE", "PRESETS", "RECALL_KINDS", "RecallConfig", "accuracy", "bag_chance", "chance",
-           "make_batch", "merge", "recall_loss", "replay_losses", "run_preset", "train_recall"]
+           "make_batch", "merge", "mode_chance", "recall_loss", "replay_losses", "run_preset", "train_recall"]
 
 IGNORE = -100  # target of every position that is not a query (F.cross_entropy's ignore_index)
 RECALL_KINDS = ("softmax", "elu+1", "decay", "delta")
@@ -100,6 +101,22 @@ def bag_chance(n_pairs: int, n_values: int) -> float:
     exact expectation is ``(1 + (n - 1) / n_values) / n``.
     """
     return (1.0 + (n_pairs - 1) / n_values) / n_pairs
+
+
+def mode_chance(n_pairs: int, n_values: int, *, samples: int = 100_000, seed: int = 0) -> float:
+    """Accuracy of answering with the most frequent stored value (ties broken at random), estimated
+    on ``samples`` sequences: the best a model can do that reads the values but never a key.
+
+    Values repeat within a sequence when ``n_pairs`` is not small against ``n_values``, so this is
+    above :func:`bag_chance`; a model above it must have looked keys up.
+    """
+    x, y = make_batch(samples, n_pairs, n_keys=n_pairs, n_values=n_values, n_queries=1, seed=seed)
+    values = x[:, 1 : 2 * n_pairs : 2].numpy() - n_pairs  # (S, n) in 0 .. n_values - 1
+    answer = y[:, 2 * n_pairs].numpy() - n_pairs  # (S,)
+    counts = np.zeros((samples, n_values))
+    np.add.at(counts, (np.arange(samples)[:, None], values), 1.0)
+    top = counts == counts.max(1, keepdims=True)  # (S, V): the most frequent values
+    return float(np.mean(top[np.arange(samples), answer] / top.sum(1)))
 
 
 def recall_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:

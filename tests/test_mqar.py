@@ -89,6 +89,9 @@ def test_chance_levels_exact():
     answers = y[:, 2 * n :: 2].numpy()
     hits = (values[:, :, None] == answers[:, None, :]).mean(1)  # P(random stored value == answer)
     assert abs(hits.mean() - mqar.bag_chance(n, V)) < 0.01
+    # the most frequent stored value: certain with one pair, at least the random pick otherwise
+    assert mqar.mode_chance(1, V, samples=1000) == 1.0
+    assert mqar.bag_chance(8, 8) < mqar.mode_chance(8, 8, samples=20000) < 1.0
 
 
 def test_short_run_learns():
