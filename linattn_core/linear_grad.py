@@ -293,7 +293,7 @@ def _block_forward(Q: Any, K: Any, V: Any, decay: _Decay | None, S0: Any, z0: An
 
 
 def _features(phi: FeatureMap | None, x: Any) -> Any:
-    """phi(x) of a block, (nb, G, c, d) -> (nb, G, c, f), a fresh contiguous tensor."""
+    """phi(x) of a block, (..., d) -> (..., f), a fresh contiguous tensor."""
     if phi is None:
         return x.contiguous()
     known = _SLOPES.get(type(phi))
@@ -386,10 +386,7 @@ def backward(x_q: Any, x_k: Any, v: Any, log_g: Any, dout: Any, phi: FeatureMap 
     starts = []
     for a, b, c in blocks:
         starts.append((S, z))
-        decay = _decay(lg, a, b, c, B.causal_mask(c, X_q))
-        Kt = _decayed(_features(phi, _chunks(X_k, a, b, c, copy=False)), "tail", decay)
-        S = _scan(S, _mm(_T(Kt), _chunks(V, a, b, c)), decay)[1]
-        z = None if z is None else _scan(z, Kt.sum(-2), decay)[1]
+        S, z = _advance(S, z, phi, X_k, V, lg, a, b, c)
     # pass 2: from the last block to the first, carrying the suffix states (R, r)
     grads = _Grads(X_q, X_k, V, lg, create_graph)
     R, r = _zero_state(X_q, f, d_v, normalize)
@@ -406,6 +403,23 @@ def backward(x_q: Any, x_k: Any, v: Any, log_g: Any, dout: Any, phi: FeatureMap 
     dx_q, dx_k, dv, dlog_g = grads.result()
     return (dx_q.reshape(x_q.shape), dx_k.reshape(x_k.shape), dv.reshape(v.shape),
             None if log_g is None else dlog_g.reshape(log_g.shape))
+
+
+def _advance(S: Any, z: Any, phi: FeatureMap | None, X_k: Any, V: Any, lg: Any, a: int, b: int,
+             c: int) -> tuple[Any, Any]:
+    """The state after tokens ``[a, b)`` from the state before them: S (nb, f, d_v), z (nb, f) or None.
+
+    Without decay ``S + sum_j phi(k_j) v_j^T`` is one product over the whole block; a decay needs the
+    chunks (each chunk's contribution decays by the later chunks' gamma).
+    """
+    if lg is None:
+        K = _features(phi, X_k[:, a:b])  # (nb, L, f)
+        S = B.torch_module().baddbmm(S, _T(K), V[:, a:b])  # V read in place: (nb, L, d_v)
+        return S, (None if z is None else z + K.sum(-2))
+    decay = _decay(lg, a, b, c, B.causal_mask(c, X_k))
+    Kt = _decayed(_features(phi, _chunks(X_k, a, b, c, copy=False)), "tail", decay)
+    S = _scan(S, _mm(_T(Kt), _chunks(V, a, b, c)), decay)[1]
+    return S, (None if z is None else _scan(z, Kt.sum(-2), decay)[1])
 
 
 def _features_grad(phi: FeatureMap | None, x: Any, create_graph: bool) -> tuple[Any, Any]:
