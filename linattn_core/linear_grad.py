@@ -244,15 +244,22 @@ def _gamma(decay: _Decay, g: int, like: Any) -> Any:
     return decay.gamma[:, g].reshape((-1,) + (1,) * (like.dim() - 1))
 
 
-def _mm(x: Any, y: Any, add: Any = None) -> Any:
+def _mm(x: Any, y: Any, add: Any = None, fresh: bool = False) -> Any:
     """Products chunk by chunk, ``add + x @ y``: (nb, G, m, k) @ (nb, G, k, n) -> (nb, G, m, n).
 
     One bmm (it takes transposed operands as they are, where a 4-D matmul would copy them); ``add``
-    (broadcast to the result) is added inside it, which saves a pass over the result.
+    (broadcast to the result) is added inside it, which saves a pass over the result. A ``fresh``
+    ``add`` (a temporary of the result's shape that nothing reads afterwards) becomes the result,
+    accumulated in place, when no graph is being recorded: that saves copying it.
     """
     torch = B.torch_module()
     lead, x, y = tuple(x.shape[:2]), x.flatten(0, 1), y.flatten(0, 1)
-    out = torch.bmm(x, y) if add is None else torch.baddbmm(add.flatten(0, 1), x, y)
+    if add is None:
+        out = torch.bmm(x, y)
+    elif fresh and not torch.is_grad_enabled():
+        out = add.flatten(0, 1).baddbmm_(x, y)
+    else:
+        out = torch.baddbmm(add.flatten(0, 1), x, y)
     return out.unflatten(0, lead)
 
 
@@ -284,7 +291,7 @@ def _block_forward(Q: Any, K: Any, V: Any, decay: _Decay | None, S0: Any, z0: An
     S_before, S_after = _scan(S0, _mm(_T(Kt), V), decay)
     num = None  # inside the chunk + before it
     if with_num:
-        num = _mm(A, V, add=_decayed(_mm(Q, S_before), "into", decay))
+        num = _mm(A, V, add=_decayed(_mm(Q, S_before), "into", decay), fresh=True)
     if z0 is None:
         return A, num, None, (S_before, None), (S_after, None)
     z_before, z_after = _scan(z0, Kt.sum(-2), decay)  # (nb, G, f)
@@ -460,7 +467,7 @@ def _block_backward(Q: Any, K: Any, V: Any, A: Any, den: Any, eps: float, before
         P = P + with_beta  # P_ij = a_i . v_j + beta_i
         dQ_earlier = dQ_earlier + _decayed(with_beta * z_before[:, :, None], "into", decay)
     P = _masked(P, decay)
-    dQ = _mm(P, K, add=dQ_earlier)
+    dQ = _mm(P, K, add=dQ_earlier, fresh=True)
     Qi = _decayed(Q, "into", decay)  # phi(q_i), decayed from the chunk's start
     R_after, R_before = _scan_back(R_end, _mm(_T(Qi), g), decay)  # (nb, G, f, d_v)
     r_after, r_before = None, None
@@ -468,8 +475,8 @@ def _block_backward(Q: Any, K: Any, V: Any, A: Any, den: Any, eps: float, before
         r_after, r_before = _scan_back(r_end, _mm(_T(Qi), with_beta)[..., 0], decay)
     # R_j v_j + r_j from the later chunks: (nb, G, c, f)
     dK_later = _mm(V, _T(R_after), add=None if with_beta is None else r_after[:, :, None])
-    dK = _mm(_T(P), Q, add=_decayed(dK_later, "tail", decay))
-    dV = _mm(_T(A), g, add=_decayed(_mm(K, R_after), "tail", decay))
+    dK = _mm(_T(P), Q, add=_decayed(dK_later, "tail", decay), fresh=True)
+    dV = _mm(_T(A), g, add=_decayed(_mm(K, R_after), "tail", decay), fresh=True)
     return dQ, dK, dV, (R_before, r_before)
 
 
