@@ -302,17 +302,25 @@ def run_preset(name: str, *, kinds: list[str] | None = None, progress: bool = Tr
 
 
 def merge(parts: list[dict]) -> dict:
-    """One sweep from several processes' parts of it (same preset and commit): runs in preset order."""
-    if len({p["preset"] for p in parts}) != 1 or len({p["git_commit"] for p in parts}) != 1:
-        raise ValueError("the parts come from different presets or commits")
+    """One sweep from several processes' parts of it (same preset): runs in preset order.
+
+    Each part keeps the commit it started from in ``git_commits`` (kind -> commit): parts started
+    seconds apart can see different commits of a tree others are committing to.
+    """
+    if len({p["preset"] for p in parts}) != 1:
+        raise ValueError("the parts come from different presets")
     preset = PRESETS[parts[0]["preset"]]
     order = {run: i for i, run in enumerate(preset.runs())}
+
     def where(run: dict) -> int:
         c = run["config"]
         return order[(c["attention"], c["n_embd"], c["n_pairs"])]
 
     runs = sorted((r for p in parts for r in p["runs"]), key=where)
-    return {**parts[0], "runs": runs, "wall_s": max(p["wall_s"] for p in parts), "processes": len(parts),
+    commits = {r["config"]["attention"]: p["git_commit"] for p in parts for r in p["runs"]}
+    same = len(set(commits.values())) == 1
+    return {**parts[0], "runs": runs, "git_commit": parts[0]["git_commit"] if same else None,
+            "git_commits": commits, "wall_s": max(p["wall_s"] for p in parts), "processes": len(parts),
             "wall_s_per_process": [p["wall_s"] for p in parts]}
 
 

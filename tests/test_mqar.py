@@ -132,5 +132,8 @@ def test_merge_puts_runs_in_preset_order():
     merged = mqar.merge([part(k) for k in reversed(preset.kinds)])
     got = [(r["config"]["attention"], r["config"]["n_embd"], r["config"]["n_pairs"]) for r in merged["runs"]]
     assert got == preset.runs() and merged["processes"] == len(preset.kinds)
-    with pytest.raises(ValueError, match="commits"):
-        mqar.merge([part("softmax"), {**part("delta"), "git_commit": "def"}])
+    assert merged["git_commit"] == "abc" and set(merged["git_commits"].values()) == {"abc"}
+    mixed = mqar.merge([part("softmax"), {**part("delta"), "git_commit": "def"}])
+    assert mixed["git_commit"] is None and mixed["git_commits"] == {"softmax": "abc", "delta": "def"}
+    with pytest.raises(ValueError, match="presets"):
+        mqar.merge([part("softmax"), {**part("delta"), "preset": "book"}])
