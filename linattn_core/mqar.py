@@ -256,8 +256,8 @@ _TASK = {"n_keys": 8, "n_values": 8, "batch_size": 32, "lr": 3e-3, "warmup_steps
 PRESETS: dict[str, Preset] = {
     # inside the book build: every kind once, a few seconds each on a 2-core CPU
     "book": Preset(RECALL_KINDS, (32,), (4,), 300, _TASK),
-    # the stored run: accuracy against the number of pairs (one kind per process: about 15 minutes
-    # on a 2-core CPU shared with other work)
+    # the stored run: accuracy against the number of pairs (one process per kind: 8 minutes on a
+    # 2-core CPU shared with other work, the slowest kind's time)
     "full": Preset(RECALL_KINDS, (32,), (2, 4, 8), 1000, _TASK),
 }
 
