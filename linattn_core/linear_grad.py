@@ -35,7 +35,7 @@ the suffix states ``R, r`` backwards. The forward saves only its inputs: nothing
 ``phi`` is recomputed a block at a time in the backward, so neither ``phi(q)`` nor its gradient is
 ever stored whole. Its own gradient is ``dphi/dx`` times the features' gradient: for the maps whose
 derivative is known (elu+1, relu, relu+1, softplus) ``phi`` and ``dphi/dx`` come from one pass over the
-block (see :data:`_SLOPES`); for any other map from ordinary autograd on that block.
+block (see :func:`linattn_core.fast.feature_slope`); for any other map from ordinary autograd on that block.
 
 The backward is written with differentiable torch ops, so second derivatives (double backward)
 work too.
@@ -50,8 +50,9 @@ from collections.abc import Iterator
 from typing import Any
 
 from . import _backend as B
+from . import fast
 from .attention import warn_nonpositive
-from .feature_maps import EluPlusOne, FeatureMap, Identity, ReLU, ReLUPlusOne, Softplus, as_feature_map
+from .feature_maps import FeatureMap, Identity, as_feature_map
 
 __all__ = ["causal_linear_attention", "needs_grad", "switched_off"]
 
@@ -303,36 +304,8 @@ def _features(phi: FeatureMap | None, x: Any) -> Any:
     """phi(x) of a block, (..., d) -> (..., f), a fresh contiguous tensor."""
     if phi is None:
         return x.contiguous()
-    known = _SLOPES.get(type(phi))
+    known = fast.feature_slope(phi)
     return phi(x).contiguous() if known is None else known(x, False)[0]
-
-
-def _elu_plus_one(x: Any, slope: bool) -> tuple[Any, Any]:
-    # phi = exp(min(x, 0)) + max(x, 0): x + 1 for x > 0, exp(x) otherwise (the values of EluPlusOne);
-    # dphi/dx = exp(min(x, 0)): 1 for x > 0, exp(x) = phi otherwise
-    torch = B.torch_module()
-    e = torch.clamp(x, max=0).exp_()
-    return torch.clamp(x, min=0).add_(e), e
-
-
-def _relu(x: Any, slope: bool) -> tuple[Any, Any]:
-    torch = B.torch_module()  # phi = max(x, 0), dphi/dx = [x > 0]
-    return torch.clamp(x, min=0), ((x > 0).to(x.dtype) if slope else None)
-
-
-def _relu_plus_one(x: Any, slope: bool) -> tuple[Any, Any]:
-    F, dF = _relu(x, slope)  # phi = max(x, 0) + 1, the same slope
-    return F.add_(1), dF
-
-
-def _softplus(x: Any, slope: bool) -> tuple[Any, Any]:
-    torch = B.torch_module()  # phi = log(1 + exp(x)), dphi/dx = sigmoid(x)
-    return torch.logaddexp(x, x.new_zeros(())), (torch.sigmoid(x) if slope else None)
-
-
-#: ``phi`` and ``dphi/dx`` in one pass, ``f(x, slope) -> (phi(x), dphi/dx or None)``, for the maps whose
-#: derivative is known, keyed by exact type (a subclass may change the formula: it gets autograd).
-_SLOPES = {EluPlusOne: _elu_plus_one, ReLU: _relu, ReLUPlusOne: _relu_plus_one, Softplus: _softplus}
 
 
 def _dim(phi: FeatureMap | None, x: Any) -> int:
@@ -431,10 +404,11 @@ def _advance(S: Any, z: Any, phi: FeatureMap | None, X_k: Any, V: Any, lg: Any, 
 
 def _features_grad(phi: FeatureMap | None, x: Any, create_graph: bool) -> tuple[Any, Any]:
     """phi of a block and what maps the features' gradient back to x: dphi/dx (a tensor) for a map
-    in :data:`_SLOPES`, else the input and the features with the graph of phi alone (a tuple)."""
+    known to :func:`linattn_core.fast.feature_slope`, else the input and the features with the
+    graph of phi alone (a tuple)."""
     if phi is None:
         return x.contiguous(), None
-    known = _SLOPES.get(type(phi))
+    known = fast.feature_slope(phi)
     if known is not None and not create_graph:  # double backward differentiates phi by autograd
         return known(x, True)
     torch = B.torch_module()

@@ -29,8 +29,9 @@ from typing import Any
 from .. import _backend as B
 from ..feature_maps import FeatureMap, Identity
 from . import kernel, pages, torch_cpu
+from .features import feature_slope
 
-__all__ = ["linear_attention", "which"]
+__all__ = ["feature_slope", "linear_attention", "which"]
 
 _FAST_MIN_N = 512  # the torch ops pay off from here; the compiled kernel at any length
 

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .. import _backend as B
-from ..feature_maps import EluPlusOne, FeatureMap, Identity, ReLU
+from ..feature_maps import EluPlusOne, FeatureMap, Identity, ReLU, ReLUPlusOne, Softplus
 
 _LOG2E = 1.0 / math.log(2.0)
 
@@ -52,3 +52,37 @@ def _elu_plus_one(x: Any, out: Any, tmp: Any) -> Any:
 
 _INTO: dict[type, Callable[[Any, Any, Any], Any]] = {
     Identity: _identity, ReLU: _relu, EluPlusOne: _elu_plus_one}
+
+
+def _elu_plus_one_slope(x: Any, slope: bool) -> tuple[Any, Any]:
+    # phi = exp(min(x, 0)) + max(x, 0): x + 1 for x > 0, exp(x) otherwise (the values of EluPlusOne);
+    # dphi/dx = exp(min(x, 0)): 1 for x > 0, exp(x) = phi otherwise
+    torch = B.torch_module()
+    e = torch.clamp(x, max=0).exp_()
+    return torch.clamp(x, min=0).add_(e), e
+
+
+def _relu_slope(x: Any, slope: bool) -> tuple[Any, Any]:
+    torch = B.torch_module()  # phi = max(x, 0), dphi/dx = [x > 0]
+    return torch.clamp(x, min=0), ((x > 0).to(x.dtype) if slope else None)
+
+
+def _relu_plus_one_slope(x: Any, slope: bool) -> tuple[Any, Any]:
+    F, dF = _relu_slope(x, slope)  # phi = max(x, 0) + 1, the same slope
+    return F.add_(1), dF
+
+
+def _softplus_slope(x: Any, slope: bool) -> tuple[Any, Any]:
+    torch = B.torch_module()  # phi = log(1 + exp(x)), dphi/dx = sigmoid(x)
+    return torch.logaddexp(x, x.new_zeros(())), (torch.sigmoid(x) if slope else None)
+
+
+# keyed by exact type: a subclass may change the formula (it gets autograd)
+_SLOPES = {EluPlusOne: _elu_plus_one_slope, ReLU: _relu_slope, ReLUPlusOne: _relu_plus_one_slope,
+           Softplus: _softplus_slope}
+
+
+def feature_slope(phi: Any) -> Any:
+    """``f(x, slope) -> (phi(x), dphi/dx or None)`` in one pass, for the elementwise maps whose
+    derivative is known (elu+1, relu, relu+1, softplus); None for any other map (use autograd)."""
+    return _SLOPES.get(type(phi))
