@@ -39,7 +39,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from . import bench_train
+from . import bench_decode, bench_train
 from . import timing as T
 
 __all__ = ["Config", "Target", "evaluate_targets", "main", "run"]
@@ -64,12 +64,15 @@ class Config:
     max_call_s: float = 8.0
     budget_s: float | None = 600.0
     threads: int | None = None
+    decode_contexts: tuple[int, ...] = (1024, 4096, 16384, 65536)
+    decode_batches: tuple[int, ...] = (1, 8)
 
     @classmethod
     def quick(cls) -> Config:
         """Tiny sizes: every code path in a few seconds (used by the tests)."""
         return cls(lengths=QUICK_LENGTHS, batch_heads=2, d=16, d_v=16, chunk_size=16, matmul_sizes=(128,),
-                   min_run_time=0.005, max_run_time=0.02, max_call_s=2.0, budget_s=60.0)
+                   min_run_time=0.005, max_run_time=0.02, max_call_s=2.0, budget_s=60.0,
+                   decode_contexts=(32, 64), decode_batches=(1,))
 
 
 @dataclass(frozen=True)
@@ -299,6 +302,10 @@ def run(config: Config, *, device: Any = None, progress: bool | None = None,
                                         chunk_size=config.chunk_size, min_run_time=config.min_run_time,
                                         max_run_time=config.max_run_time, max_call_s=config.max_call_s,
                                         budget_s=config.budget_s)
+        # decoding: one token with a KV cache against a fixed-size state (see bench_decode)
+        decoding = bench_decode.decode_sweep(config.decode_contexts, batches=config.decode_batches,
+                                             batch_heads=config.batch_heads, d=config.d,
+                                             device=str(dev.type))
         # again after the sweep: on a shared machine the rate drifts, and the fractions below use the
         # higher of the two (the stricter yardstick)
         rate_after = T.matmul_rate(dev, config.matmul_sizes, config.dtype, min_run_time=config.min_run_time)
@@ -309,11 +316,15 @@ def run(config: Config, *, device: Any = None, progress: bool | None = None,
     itemsize = 2 if config.dtype in ("float16", "bfloat16") else (8 if config.dtype == "float64" else 4)
     targets = evaluate_targets(records, matmul_gflops, lengths=config.lengths, itemsize=itemsize)
     targets += bench_train.train_targets(train, train_checks, itemsize=itemsize)
+    targets += bench_decode.decode_targets(decoding, Target)
     say("")
     say(format_results(records, matmul_gflops))
     say("\nTraining, forward + backward (FLOPs counted as 3 forwards; gradients checked in float64, N=67: "
         + ", ".join(f"{k} {e:.1e}" for k, e in train_checks.items()) + ")")
     say(format_results(train, matmul_gflops))
+    say(f"\nDecoding, one token (attention only, {config.batch_heads} heads, d = d_v = {config.d}, "
+        "float32, one thread)")
+    say(bench_decode.format_decode(decoding))
     say("")
     say("Targets (reported, not tested):")
     say(format_targets(targets))
@@ -328,6 +339,7 @@ def run(config: Config, *, device: Any = None, progress: bool | None = None,
         "checks": checks,
         "results": [r.to_dict(meta=False) for r in records],
         "training": {"checks": train_checks, "results": [r.to_dict(meta=False) for r in train]},
+        "decode": decoding,
         "targets": [dict(name=t.name, wanted=t.wanted, value=t.value, verdict=t.verdict, note=t.note)
                     for t in targets],
     }

@@ -125,3 +125,37 @@ def test_targets_from_records():
     assert memory.verdict == "PASS"
     text = bench.format_targets(bench.evaluate_targets(recs, 100.0, lengths=[N]))
     assert "[PASS]" in text and "[FAIL]" in text and "[N/A ]" in text
+
+
+def test_decode_targets_read_their_rows():
+    from linattn_core import bench_decode
+    from linattn_core.bench import Target
+
+    def rows(cache_16k, state_1k, state_64k):
+        return [{"method": "decode_kvcache", "batch": 1, "N": 16384, "median_s": cache_16k},
+                {"method": "decode_state", "batch": 1, "N": 16384, "median_s": 1.0},
+                {"method": "decode_state", "batch": 1, "N": 1024, "median_s": state_1k},
+                {"method": "decode_state", "batch": 1, "N": 65536, "median_s": state_64k}]
+
+    speed, flat = bench_decode.decode_targets(rows(10.0, 1.0, 1.5), Target)
+    assert (speed.value, speed.passed, flat.value, flat.passed) == (10.0, True, 1.5, True)
+    speed, flat = bench_decode.decode_targets(rows(9.9, 2.0, 1.0), Target)
+    assert not speed.passed and flat.value == 2.0 and not flat.passed
+    speed, flat = bench_decode.decode_targets([], Target)
+    assert speed.passed is None and flat.passed is None
+
+
+def test_decode_sweep_rows_and_memory():
+    from linattn_core import bench_decode
+
+    rows = bench_decode.decode_sweep((16, 32), batches=(1, 2), batch_heads=2, d=4, repeats=4)
+    assert {(r["method"], r["batch"], r["N"]) for r in rows} == {
+        (m, b, n) for m in bench_decode.DECODE_METHODS for b in (1, 2) for n in (16, 32)}
+    for r in rows:
+        assert r["median_s"] > 0
+        if r["method"] == "decode_kvcache":   # every key and value of one sequence, float32
+            assert r["bytes_per_sequence"] == r["N"] * 2 * 4 * 2 * 4
+        else:                                  # S and z of one sequence: heads * d (d + 1) numbers
+            assert r["bytes_per_sequence"] == 2 * 4 * (4 + 1) * 4
+    table = bench_decode.format_decode(rows).splitlines()
+    assert len(table) == 1 + 4 and "state / token" in table[0]  # a header, then batch x context
