@@ -4,7 +4,7 @@
     python scripts/paired_fraction.py --lengths 65536 --pairs 10
 
 ``make bench`` divides the chunked form's median time by the matmul yardstick's *fastest* repeat, the
-higher of two measured minutes apart: the strict reading of issue 2's target. On a shared machine
+higher of two measured minutes apart: the strict reading of the bench's fraction target. On a shared machine
 whose speed moves in phases of a few seconds, that compares a typical chunked call with the best
 matmul moment of the run. Here each chunked call is followed at once by one 2048^3 product, so both
 halves of a pair see the same phase; the ratio of their rates is printed as quartiles over the
