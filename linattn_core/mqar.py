@@ -47,7 +47,7 @@ import torch
 import torch.nn.functional as F
 
 from .model import KINDS, LanguageModel, ModelConfig
-from .train import TrainConfig, _optimizer, git_commit, hardware, lr_at
+from .train import TrainConfig, git_commit, hardware, lr_at, make_optimizer, optimizer_step
 
 __all__ = ["IGNORE", "PRESETS", "RECALL_KINDS", "RecallConfig", "accuracy", "bag_chance", "chance",
            "make_batch", "merge", "mode_chance", "recall_loss", "replay_losses", "run_preset", "train_recall"]
@@ -203,21 +203,16 @@ def train_recall(kind: str, width: int, n_pairs: int, steps: int, *, progress: b
     tcfg = cfg.train_config()
     torch.manual_seed(cfg.seed)
     model = LanguageModel(cfg.model_config())
-    opt = _optimizer(model, tcfg)
+    opt = make_optimizer(model, tcfg)
     curves: dict[str, list] = {"step": [], "loss": [], "eval_step": [], "eval_loss": [], "eval_accuracy": []}
     t0 = time.perf_counter()
     end = steps if stop_after is None else min(steps, stop_after)
     for step in tqdm(range(end), desc=f"{kind} n={n_pairs}", disable=not progress, leave=False):
         if step % cfg.eval_interval == 0:
             _record_eval(model, cfg, step, curves)
-        for group in opt.param_groups:
-            group["lr"] = lr_at(step, tcfg)
         x, y = cfg.batch(cfg.batch_size, [cfg.seed, step])  # the batch depends only on (seed, step)
         loss = recall_loss(model(x), y)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), tcfg.grad_clip)
-        opt.step()
+        optimizer_step(opt, model, loss, lr_at(step, tcfg), tcfg.grad_clip)
         curves["step"].append(step)
         curves["loss"].append(loss.item())
     _record_eval(model, cfg, end, curves)

@@ -33,7 +33,8 @@ import torch
 from .data import Corpus, load_corpus
 from .model import KINDS, LanguageModel, ModelConfig
 
-__all__ = ["PRESETS", "TrainConfig", "get_batch", "hardware", "lr_at", "train"]
+__all__ = ["PRESETS", "TrainConfig", "get_batch", "hardware", "lr_at", "make_optimizer", "optimizer_step",
+           "train"]
 
 
 @dataclass(frozen=True)
@@ -92,7 +93,7 @@ def get_batch(tokens: np.ndarray, batch_size: int, block_size: int, rng: np.rand
     return xy[:, :-1], xy[:, 1:]
 
 
-def _optimizer(model: LanguageModel, cfg: TrainConfig) -> torch.optim.AdamW:
+def make_optimizer(model: LanguageModel, cfg: TrainConfig) -> torch.optim.AdamW:
     # decay the matrices (weights, embeddings), not the biases and norm gains (as nanoGPT does)
     params = [p for p in model.parameters() if p.requires_grad]
     groups = [{"params": [p for p in params if p.dim() >= 2], "weight_decay": cfg.weight_decay},
@@ -101,6 +102,17 @@ def _optimizer(model: LanguageModel, cfg: TrainConfig) -> torch.optim.AdamW:
 
 
 @torch.no_grad()
+def optimizer_step(opt: torch.optim.Optimizer, model: LanguageModel, loss: Any, lr: float,
+                   grad_clip: float) -> None:
+    """One step on ``loss`` at learning rate ``lr``, the gradients clipped to norm ``grad_clip``."""
+    for group in opt.param_groups:
+        group["lr"] = lr
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
+    opt.step()
+
+
 def evaluate(model: LanguageModel, tokens: np.ndarray, cfg: TrainConfig, device: str) -> float:
     """Mean validation loss (nats per character) on the same ``eval_batches`` batches every time."""
     model.eval()
@@ -155,7 +167,7 @@ def _fresh(cfg: TrainConfig, vocab_size: int, device: str) -> tuple[LanguageMode
     torch.manual_seed(cfg.seed)
     model = LanguageModel(cfg.model_config(vocab_size)).to(device)
     curves = {"step": [], "train_loss": [], "lr": [], "val_step": [], "val_loss": []}
-    return model, _optimizer(model, cfg), curves
+    return model, make_optimizer(model, cfg), curves
 
 
 def train(cfg: TrainConfig, corpus: Corpus, *, device: str = "auto", checkpoint: str | Path | None = None,
@@ -191,15 +203,10 @@ def train(cfg: TrainConfig, corpus: Corpus, *, device: str = "auto", checkpoint:
             curves["val_step"].append(step)
             curves["val_loss"].append(evaluate(model, corpus.val, cfg, device))
         lr = lr_at(step, cfg)
-        for group in opt.param_groups:
-            group["lr"] = lr
         rng = np.random.default_rng([cfg.seed, step])  # the batch depends only on (seed, step)
         x, y = get_batch(corpus.train, cfg.batch_size, cfg.block_size, rng, device)
         loss = model.loss(x, y)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
-        opt.step()
+        optimizer_step(opt, model, loss, lr, cfg.grad_clip)
         curves["step"].append(step)
         curves["train_loss"].append(loss.item())
         curves["lr"].append(lr)
