@@ -117,9 +117,9 @@ delta_loop = Exercise(
 )
 
 
-def _rms_rows(x):
-    # x: (..., d_v) -> each row scaled to a root-mean-square of 1
-    return x / np.sqrt(np.mean(x**2, axis=-1, keepdims=True))
+def _rms_rows(x, axis=-1):
+    # x: (..., N, d_v) -> scaled to a root-mean-square of 1 along axis (each row, by default)
+    return x / np.sqrt(np.mean(x**2, axis=axis, keepdims=True))
 
 
 def _solution_normed_numerator(q, k, v, phi):
@@ -175,8 +175,7 @@ normed_numerator = Exercise(
         Mistake(lambda q, k, v, phi: _numerator(q, k, v, phi),
                 "you returned the numerator without the RMS norm: divide each row by the root "
                 "mean square of its d_v entries."),
-        Mistake(lambda q, k, v, phi: _numerator(q, k, v, phi)
-                / np.sqrt(np.mean(_numerator(q, k, v, phi) ** 2, axis=-2, keepdims=True)),
+        Mistake(lambda q, k, v, phi: _rms_rows(_numerator(q, k, v, phi), axis=-2),
                 "you normalised over the tokens (axis -2); the norm acts on each output row, over "
                 "its d_v entries (axis -1)."),
         Mistake(lambda q, k, v, phi: _rms_rows(_numerator(q, k, v, phi, causal=False)),
@@ -184,8 +183,7 @@ normed_numerator = Exercise(
                 "sees 0..t)."),
         Mistake(lambda q, k, v, phi: _rms_rows(_numerator(q, k, v, phi, use_phi_q=False)),
                 "you did not apply phi to q: read the state with phi(q_t)."),
-        Mistake(lambda q, k, v, phi: _numerator(q, k, v, phi)
-                / np.linalg.norm(_numerator(q, k, v, phi), axis=-1, keepdims=True),
+        Mistake(lambda q, k, v, phi: _rms_rows(_numerator(q, k, v, phi)) / np.sqrt(v.shape[-1]),
                 "you divided by the Euclidean norm; the RMS norm divides by "
                 "sqrt(mean of squares), which is the Euclidean norm / sqrt(d_v)."),
     ],
