@@ -38,7 +38,8 @@ derivative is known (elu+1, relu, relu+1, softplus) ``phi`` and ``dphi/dx`` come
 block (see :func:`linattn_core.fast.feature_slope`); for any other map from ordinary autograd on that block.
 
 The backward is written with differentiable torch ops, so second derivatives (double backward)
-work too.
+work too. On CPU float32 tensors without decay it hands off to the same two passes compiled
+(:func:`linattn_core.fast.causal_backward`, one thread per sequence), unless a graph is being built.
 """
 
 from __future__ import annotations
@@ -357,6 +358,10 @@ def backward(x_q: Any, x_k: Any, v: Any, log_g: Any, dout: Any, phi: FeatureMap 
     """
     torch = B.torch_module()
     create_graph = torch.is_grad_enabled()  # double backward: keep the graph of these ops
+    compiled = None if create_graph or log_g is not None else fast.causal_backward(
+        x_q, x_k, v, dout, phi, eps, C, normalize)  # the same passes, compiled (CPU float32)
+    if compiled is not None:
+        return (*compiled, None)
     X_q, X_k, V, lg, nb = _flat(x_q, x_k, v, log_g)
     dOut = dout.reshape(V.shape)  # (nb, N, d_v)
     n, f, d_v = int(V.shape[1]), _dim(phi, X_q), int(V.shape[-1])

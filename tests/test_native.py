@@ -422,7 +422,7 @@ def test_native_is_the_public_face_of_the_kernel_loader():
         assert getattr(native, name) is getattr(kernel, name), name
 
 
-@pytest.mark.parametrize("filename", ["_chunked.c", "_chunked_body.h"])
+@pytest.mark.parametrize("filename", ["_chunked.c", "_chunked_body.h", "_chunked_back.h"])
 def test_source_returns_the_kernel_files_as_shipped(filename):
     from pathlib import Path
 

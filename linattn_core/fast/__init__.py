@@ -18,8 +18,11 @@ runs is decided in one place, :func:`which`:
 Results are ordinary tensors owned by the caller, and nothing is kept between calls: each call
 allocates its few MiB of buffers, which glibc hands back from its heap the next time (measured: no
 page faulted in afresh); a result too large for the heap is hinted onto huge pages (:mod:`.pages`).
+The backward pass has one fast form too: :func:`causal_backward`, the compiled kernel's gradients,
+which ``linear_grad`` asks for first (None where it does not apply: then its torch form runs).
 This package imports from the rest only ``_backend`` and the feature-map classes; outside it,
-``linear`` calls :func:`linear_attention` and the public ``native`` module re-exports :mod:`.kernel`.
+``linear`` calls :func:`linear_attention`, ``linear_grad`` :func:`causal_backward`, and the public
+``native`` module re-exports :mod:`.kernel`.
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ from ..feature_maps import FeatureMap, Identity
 from . import kernel, pages, torch_cpu
 from .features import feature_slope
 
-__all__ = ["feature_slope", "linear_attention", "which"]
+__all__ = ["causal_backward", "feature_slope", "linear_attention", "which"]
 
 _FAST_MIN_N = 512  # the torch ops pay off from here; the compiled kernel at any length
 
@@ -82,3 +85,18 @@ def linear_attention(q: Any, k: Any, v: Any, phi: FeatureMap, *, causal: bool, e
         else:
             out, den = torch_cpu.chunked(Q, K, V, phi, eps, min(chunk_size, n_q))
     return out.reshape(lead + (n_q, d_v)), den.reshape(lead + (n_q,))
+
+
+def causal_backward(x_q: Any, x_k: Any, v: Any, dout: Any, phi: FeatureMap | None, eps: float,
+                    chunk_size: int, normalize: bool) -> tuple[Any, Any, Any] | None:
+    """The gradients ``(dx_q, dx_k, dv)`` of causal linear attention from the compiled kernel's backward
+    pass, or None where it does not apply (not CPU float32 torch, a map it does not have, switched off).
+
+    x_q, x_k: (..., N, d) the inputs of ``phi`` (its features when ``phi`` is None), v, dout: (..., N, d_v).
+    """
+    runs = Identity() if phi is None else phi
+    if not all(kernel.supports(x, runs) for x in (x_q, x_k, v, dout)):
+        return None
+    Q, K, V, dO = (x.detach().reshape((-1, *x.shape[-2:])).contiguous() for x in (x_q, x_k, v, dout))
+    dq, dk, dv = kernel.chunked_backward(Q, K, V, dO, runs, eps, min(chunk_size, int(Q.shape[1])), normalize)
+    return dq.reshape(x_q.shape), dk.reshape(x_k.shape), dv.reshape(v.shape)

@@ -55,7 +55,17 @@ typedef struct {
     long (*work_floats)(const Problem *p);
     void (*work_init)(Work *w, const Problem *p, float *mem);
     void (*run)(const Problem *p, Work *w, int pass, long b, long t0, long t1, float *state);
+    /* the backward pass (_chunked_back.h): one thread's floats; the gradients of a whole call */
+    long (*back_floats)(const Problem *p);
+    void (*backward)(const Problem *p, const float *dout, float *dq, float *dk, float *dv, int normalize,
+                     int threads, float *mem);
 } Kernel;
+
+/* Rows of the products in the backward pass: all of k, or a triangular a (zero above or below its
+ * diagonal), see gemm in _chunked_back.h. */
+enum { FULL = 0, LOWER = 1, UPPER = 2 };
+
+#define MAX_THREADS 64
 
 #define STR_(x) #x
 #define STR(x) STR_(x)
@@ -70,6 +80,7 @@ typedef struct {
 #define NV_MAX 4
 #define ISA avx512
 #include "_chunked_body.h"
+#include "_chunked_back.h"
 #undef VL
 #undef NV_MAX
 #undef ISA
@@ -81,6 +92,7 @@ typedef struct {
 #define NV_MAX 2
 #define ISA avx2
 #include "_chunked_body.h"
+#include "_chunked_back.h"
 #undef VL
 #undef NV_MAX
 #undef ISA
@@ -106,8 +118,6 @@ static int supported(const Kernel *k) { (void)k; return 0; }
 #endif
 
 /* --- threads ------------------------------------------------------------------------------------ */
-
-#define MAX_THREADS 64
 
 /* How a call is split: P segments of seg tokens per sequence, and where its memory goes. */
 typedef struct {
@@ -303,6 +313,58 @@ static PyObject *py_forward(PyObject *self, PyObject *args)
     Py_RETURN_NONE;
 }
 
+/* threads that do work in the backward pass: one sequence each at a time */
+static int back_threads(Py_ssize_t nb, int threads)
+{
+    int t = threads < MAX_THREADS ? threads : MAX_THREADS;
+    return nb < t ? (int)nb : t;
+}
+
+static PyObject *py_back_workspace(PyObject *self, PyObject *args)
+{
+    (void)self;
+    Py_ssize_t nb, n, d, dv, C;
+    int threads;
+    const char *isa = NULL;
+    if (!PyArg_ParseTuple(args, "nnnnniz", &nb, &n, &d, &dv, &C, &threads, &isa)) return NULL;
+    const Kernel *kern = problem_kernel(nb, n, d, dv, C, threads, isa);
+    if (!kern) return NULL;
+    Problem p = {.nb = nb, .n = n, .d = d, .dv = dv, .C = C < n ? C : n};
+    return PyLong_FromLong(back_threads(nb, threads) * kern->back_floats(&p));
+}
+
+static PyObject *py_backward(PyObject *self, PyObject *args)
+{
+    (void)self;
+    unsigned long long q, k, v, dout, dq, dk, dvv, ws;
+    Py_ssize_t nb, n, d, dv, C, ws_floats;
+    int phi, normalize, threads;
+    float eps;
+    const char *isa = NULL;
+    if (!PyArg_ParseTuple(args, "KKKKKKKnnnnnifpizKn", &q, &k, &v, &dout, &dq, &dk, &dvv, &nb, &n, &d, &dv, &C,
+                          &phi, &eps, &normalize, &threads, &isa, &ws, &ws_floats))
+        return NULL;
+    const Kernel *kern = problem_kernel(nb, n, d, dv, C, threads, isa);
+    if (!kern) return NULL;
+    if (phi < 0 || phi >= PHI_COUNT || !(eps >= 0.0f)) {
+        PyErr_Format(PyExc_ValueError, "_chunked: bad feature map code %d or eps %g", phi, (double)eps);
+        return NULL;
+    }
+    Problem p = {(const float *)(uintptr_t)q, (const float *)(uintptr_t)k, (const float *)(uintptr_t)v, NULL,
+                 NULL, nb, n, d, dv, C < n ? C : n, phi, eps};
+    int team = back_threads(nb, threads);
+    if (ws_floats < team * kern->back_floats(&p)) {
+        PyErr_Format(PyExc_ValueError, "_chunked: the workspace holds %zd floats, the call needs %ld", ws_floats,
+                     team * kern->back_floats(&p));
+        return NULL;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    kern->backward(&p, (const float *)(uintptr_t)dout, (float *)(uintptr_t)dq, (float *)(uintptr_t)dk,
+                   (float *)(uintptr_t)dvv, normalize, team, (float *)(uintptr_t)ws);
+    Py_END_ALLOW_THREADS
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef methods[] = {
     {"isas", py_isas, METH_NOARGS, "isas() -> the instruction sets this CPU can run, best first."},
     {"workspace", py_workspace, METH_VARARGS,
@@ -311,6 +373,12 @@ static PyMethodDef methods[] = {
      "forward(q, k, v, out, den, nb, n, d, dv, C, phi, eps, threads, isa, workspace, workspace_floats):\n"
      "addresses of contiguous float32 buffers; writes out and den. Call it through linattn_core.fast.kernel,\n"
      "which checks the tensors behind the addresses."},
+    {"back_workspace", py_back_workspace, METH_VARARGS,
+     "back_workspace(nb, n, d, dv, C, threads, isa) -> the float32 workspace backward needs, in floats."},
+    {"backward", py_backward, METH_VARARGS,
+     "backward(q, k, v, dout, dq, dk, dv, nb, n, d, dv, C, phi, eps, normalize, threads, isa, workspace,\n"
+     "workspace_floats): addresses of contiguous float32 buffers; writes the gradients dq, dk, dv of causal\n"
+     "linear attention. Call it through linattn_core.fast.kernel, which checks the tensors."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -369,18 +369,12 @@ static void FN(run_item)(const Problem *p, Work *w, int pass, long b, long t0, l
     }
 }
 
-static const Kernel FN(kernel) = {
-    .name = STR(ISA),
-    .state_floats = FN(state_floats),
-    .work_floats = FN(work_floats),
-    .work_init = FN(work_init),
-    .run = FN(run_item),
-};
+/* The Kernel table of this instruction set is at the end of _chunked_back.h. */
 
 #undef vf
 #undef vi
 #undef INLINE
-#undef NV_SWITCH
 #undef FN
 #undef CAT
 #undef CAT_
+/* NV_SWITCH stays defined for _chunked_back.h, which undefines it */

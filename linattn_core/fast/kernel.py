@@ -8,6 +8,10 @@ one pass over q, k and v. Everything else, and every machine where the kernel wa
 the torch forms (:mod:`.torch_cpu`, or the references in ``linear.py``); all are tested against the
 same float64 references. :mod:`linattn_core.native` is this module's public face.
 
+Its backward pass (``_chunked_back.h``, :func:`chunked_backward`) gives the gradients of the same
+inputs: :mod:`linattn_core.linear_grad` calls it (through ``fast.causal_backward``) when such an input
+needs a gradient; a first pass keeps the state before every chunk, a second walks the chunks back.
+
 The kernel is a CPython extension that ``pip install`` builds (``setup.py``; optional, so that a
 machine without a C compiler still installs the package). It has code for AVX-512 and for AVX2 and
 uses the best one the CPU runs. To time the torch forms instead, use :func:`switched_off` or set
@@ -29,15 +33,17 @@ from typing import Any
 
 from .. import _backend as B
 from ..feature_maps import EluPlusOne, FeatureMap, Identity, ReLU
+from . import pages
 
 try:
     from . import _chunked
 except ImportError:  # not built here (no compiler when installed): the torch forms are used
     _chunked = None
 
-__all__ = ["available", "chunked", "default_isa", "isas", "source", "supports", "switched_off"]
+__all__ = ["available", "chunked", "chunked_backward", "default_isa", "isas", "source", "supports",
+           "switched_off"]
 
-_SOURCES = ("_chunked.c", "_chunked_body.h")  # the kernel's C files, shipped with the package
+_SOURCES = ("_chunked.c", "_chunked_body.h", "_chunked_back.h")  # the C files, shipped
 
 _off = 0  # depth of switched_off() blocks
 
@@ -62,7 +68,7 @@ def _env_isa() -> str | None:
 
 
 def source(filename: str = "_chunked_body.h") -> str:
-    """The text of one of the kernel's C files (``"_chunked.c"`` or ``"_chunked_body.h"``), as shipped."""
+    """The text of one of the kernel's C files (``_SOURCES``: the entry point, the forward, the backward)."""
     if filename not in _SOURCES:
         raise ValueError(f"filename must be one of {_SOURCES}, got {filename!r}")
     return (Path(__file__).parent / filename).read_text(encoding="utf-8")
@@ -104,37 +110,34 @@ def supports(x: Any, phi: FeatureMap) -> bool:
     return B.is_torch(x) and x.device.type == "cpu" and x.dtype == torch.float32
 
 
-def chunked(Q: Any, K: Any, V: Any, phi: FeatureMap, eps: float, C: int, out: Any, den: Any, *,
-            threads: int | None = None, isa: str | None = None) -> None:
-    """Causal chunked linear attention into ``out`` and ``den`` (the unclamped denominators).
-
-    Q, K: (B, N, d), V: (B, N, d_v), out: (B, N, d_v), den: (B, N); contiguous CPU float32 tensors.
-    ``threads`` defaults to ``torch.get_num_threads()``; ``isa`` (``"avx512"``, ``"avx2"``) to
-    :func:`default_isa`. The arguments are checked here, since the compiled code trusts them.
-    """
+def _checked(tensors: dict[str, Any], phi: FeatureMap, C: int, eps: float, threads: int | None,
+             isa: str | None) -> tuple:
+    """Checks what both entry points take (the compiled code trusts it): -> code, (nb, n, d, d_v),
+    C, eps, threads, isa. ``tensors`` holds Q, K, V first, then tensors of Q's or V's shape."""
     torch = B.torch_module()
     if _chunked is None:
         raise RuntimeError("linattn_core.fast._chunked was not built: reinstall with a C compiler (gcc)")
     code = _phi_code(phi)
     if code is None:
         raise ValueError(f"the compiled kernel has no feature map {phi!r}: use identity, relu or elu+1")
-    tensors = {"Q": Q, "K": K, "V": V, "out": out, "den": den}
     for name, t in tensors.items():
         if not B.is_torch(t) or t.device.type != "cpu" or t.dtype != torch.float32:
             raise TypeError(f"{name} must be a CPU float32 torch tensor, got {B._describe(t)}"
                             f"{' on ' + str(t.device) if B.is_torch(t) else ''}")
         if not t.is_contiguous():
             raise ValueError(f"{name} must be contiguous (shape {B.shape_str(t)}, strides {t.stride()})")
+    Q, K, V = tensors["Q"], tensors["K"], tensors["V"]
     if Q.ndim != 3 or K.ndim != 3 or V.ndim != 3:
         raise ValueError(f"Q, K, V must be (B, N, d), (B, N, d), (B, N, d_v); got {B.shape_str(Q)}, "
                          f"{B.shape_str(K)}, {B.shape_str(V)}")
     nb, n, d = (int(s) for s in Q.shape)
     d_v = int(V.shape[-1])
-    want = {"K": (nb, n, d), "V": (nb, n, d_v), "out": (nb, n, d_v), "den": (nb, n)}
-    for name, shape in want.items():
-        if tuple(tensors[name].shape) != shape:
-            raise ValueError(f"{name} must have shape {shape} for Q of shape {B.shape_str(Q)} and V of "
-                             f"shape {B.shape_str(V)}, got {B.shape_str(tensors[name])}")
+    like = {"K": (nb, n, d), "V": (nb, n, d_v), "out": (nb, n, d_v), "den": (nb, n), "dout": (nb, n, d_v),
+            "dQ": (nb, n, d), "dK": (nb, n, d), "dV": (nb, n, d_v)}
+    for name, t in tensors.items():
+        if name != "Q" and tuple(t.shape) != like[name]:
+            raise ValueError(f"{name} must have shape {like[name]} for Q of shape {B.shape_str(Q)} and V of "
+                             f"shape {B.shape_str(V)}, got {B.shape_str(t)}")
     if min(nb, n, d, d_v) < 1:
         raise ValueError(f"empty input: Q {B.shape_str(Q)}, V {B.shape_str(V)}")
     C = B.check_positive_int(C, "chunk_size")
@@ -144,9 +147,41 @@ def chunked(Q: Any, K: Any, V: Any, phi: FeatureMap, eps: float, C: int, out: An
         isa = _env_isa()
     if isa is not None and isa not in _ISAS:
         raise ValueError(f"isa must be one of {_ISAS} on this CPU, got {isa!r}")
-    threads = min(threads, 64)
+    return code, (nb, n, d, d_v), C, eps, min(threads, 64), isa
+
+
+def chunked(Q: Any, K: Any, V: Any, phi: FeatureMap, eps: float, C: int, out: Any, den: Any, *,
+            threads: int | None = None, isa: str | None = None) -> None:
+    """Causal chunked linear attention into ``out`` and ``den`` (the unclamped denominators).
+
+    Q, K: (B, N, d), V: (B, N, d_v), out: (B, N, d_v), den: (B, N); contiguous CPU float32 tensors.
+    ``threads`` defaults to ``torch.get_num_threads()``; ``isa`` (``"avx512"``, ``"avx2"``) to
+    :func:`default_isa`. The arguments are checked here, since the compiled code trusts them.
+    """
+    tensors = {"Q": Q, "K": K, "V": V, "out": out, "den": den}
+    code, (nb, n, d, d_v), C, eps, threads, isa = _checked(tensors, phi, C, eps, threads, isa)
     # every buffer of the call, its threads' included, lives in one workspace allocated here
     floats = _chunked.workspace(nb, n, d, d_v, C, threads, isa)
     ws = Q.new_empty((floats,))
     _chunked.forward(Q.data_ptr(), K.data_ptr(), V.data_ptr(), out.data_ptr(), den.data_ptr(),
                      nb, n, d, d_v, C, code, eps, threads, isa, ws.data_ptr(), floats)
+
+
+def chunked_backward(Q: Any, K: Any, V: Any, dout: Any, phi: FeatureMap, eps: float, C: int,
+                     normalize: bool, *, threads: int | None = None, isa: str | None = None) -> tuple:
+    """The gradients ``(dQ, dK, dV)`` of causal chunked linear attention for the output's ``dout``.
+
+    Q, K: (B, N, d), V, dout: (B, N, d_v), contiguous CPU float32 tensors; Q and K are the inputs of
+    ``phi`` (and dQ, dK their gradients). ``normalize=False``: the numerator alone. Each thread takes
+    whole sequences, and keeps the state before each of its sequence's chunks (N / C states of
+    d x d_v): O(N) memory, nothing of size N x d x d_v.
+    """
+    tensors = {"Q": Q, "K": K, "V": V, "dout": dout}
+    code, (nb, n, d, d_v), C, eps, threads, isa = _checked(tensors, phi, C, eps, threads, isa)
+    dQ, dK, dV = (pages.empty(tuple(x.shape), x) for x in (Q, K, V))  # large ones on huge pages
+    floats = _chunked.back_workspace(nb, n, d, d_v, C, threads, isa)
+    ws = Q.new_empty((floats,))
+    pointers = (x.data_ptr() for x in (Q, K, V, dout, dQ, dK, dV))
+    _chunked.backward(*pointers, nb, n, d, d_v, C, code, eps, bool(normalize), threads, isa, ws.data_ptr(),
+                      floats)
+    return dQ, dK, dV
