@@ -5,6 +5,7 @@
     python -m linattn_core.train --attention elu+1 --preset book            # about 15 s on a CPU
     python -m linattn_core.train --attention delta --preset full --device cuda --out results/x.json
     python -m linattn_core.train --attention softmax --preset full --checkpoint ckpt.pt --resume
+    python -m linattn_core.train --attention relu --preset full --threads 1 --out results/full-relu.json
 
 AdamW with a linear warm-up and cosine decay to a tenth of the peak rate, gradient clipping, the
 validation loss on fixed batches at fixed steps. Deterministic on a given machine: the batch of
@@ -22,6 +23,7 @@ import math
 import os
 import platform
 import subprocess
+import sys
 import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -34,7 +36,7 @@ from .data import Corpus, load_corpus
 from .model import KINDS, LanguageModel, ModelConfig
 
 __all__ = ["PRESETS", "TrainConfig", "get_batch", "hardware", "lr_at", "make_optimizer", "optimizer_step",
-           "train"]
+           "replay_losses", "save_results", "train"]
 
 
 @dataclass(frozen=True)
@@ -67,8 +69,9 @@ class TrainConfig:
 PRESETS: dict[str, TrainConfig] = {
     # inside the book build: every kind in a few seconds each on a 2-core CPU
     "book": TrainConfig(),
-    # the real comparison: minutes on a GPU, under an hour per kind on a laptop CPU
-    "full": TrainConfig(n_layer=4, n_head=4, n_embd=128, block_size=256, batch_size=32, max_steps=3000,
+    # the stored comparison: the size of nanoGPT's laptop example (4 layers, 4 heads, width 128, batch
+    # 12, 2000 steps) with a context of 128; about 7 minutes per kind on one core of a 2-core CPU
+    "full": TrainConfig(n_layer=4, n_head=4, n_embd=128, block_size=128, batch_size=12, max_steps=2000,
                         lr=3e-3, warmup_steps=100, eval_interval=250, eval_batches=20),
 }
 
@@ -227,11 +230,29 @@ def train(cfg: TrainConfig, corpus: Corpus, *, device: str = "auto", checkpoint:
     return {**results, "model": model}
 
 
+# The per-step curves a results JSON keeps in full (the reproduction test replays them); after that,
+# one step in LOSS_STRIDE keeps the file small.
+FIRST_LOSSES = 10
+LOSS_STRIDE = 10
+
+
 def save_results(results: dict, path: str | Path) -> None:
-    """Write the results as JSON (without the model object)."""
+    """Write the results as JSON: no model object, the per-step curves thinned after their first steps."""
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     plain = {k: v for k, v in results.items() if k != "model"}
+    curves = dict(plain["curves"])
+    keep = [i for i in range(len(curves["step"])) if i < FIRST_LOSSES or i % LOSS_STRIDE == 0]
+    for name in ("step", "train_loss", "lr"):
+        curves[name] = [curves[name][i] for i in keep]
+    plain["curves"] = curves
     Path(path).write_text(json.dumps(plain, indent=1) + "\n")
+
+
+def replay_losses(results: dict, corpus: Corpus, steps: int) -> list[float]:
+    """The first ``steps`` training losses of a stored run, recomputed from its configuration (on CPU,
+    from the start: the schedule depends only on the configuration)."""
+    cfg = TrainConfig(**results["config"])
+    return train(cfg, corpus, device="cpu", stop_after=steps, progress=False)["curves"]["train_loss"]
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -245,8 +266,13 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--resume", action="store_true", help="continue the run saved in --checkpoint")
     parser.add_argument("--stop-after", type=int, default=None, help="stop after this many steps")
     parser.add_argument("--out", default=None, help="results JSON (default: results/<preset>-<kind>.json)")
+    parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     args = parser.parse_args(argv)
+    if args.threads is not None:
+        if args.threads < 1:
+            parser.error(f"--threads must be a positive int, got {args.threads}")
+        torch.set_num_threads(args.threads)
     cfg = replace(PRESETS[args.preset], attention=args.attention)
     if args.steps is not None:
         cfg = replace(cfg, max_steps=args.steps)
@@ -255,6 +281,7 @@ def main(argv: list[str] | None = None) -> dict:
     results = train(cfg, load_corpus(), device=args.device, checkpoint=args.checkpoint, resume=args.resume,
                     stop_after=args.stop_after, progress=not args.no_progress)
     results["preset"] = args.preset
+    results["command"] = "python -m linattn_core.train " + " ".join(sys.argv[1:] if argv is None else argv)
     out = args.out or f"results/{args.preset}-{args.attention}.json"
     save_results(results, out)
     print(f"{args.attention}: validation loss {results['final_val_loss']:.4f} nats/char after"

@@ -178,28 +178,30 @@ static void FN(load_chunk)(Back *w, const float *Q, const float *K, const float 
     }
 }
 
-/* One chunk backwards: tokens [c0, c0 + L) of the sequence; ST, z: the state before the chunk. */
+/* One chunk of L tokens backwards (Q, K, V, dO and the gradients point at its first row); ST, z: the
+ * state before the chunk; w->R, w->RT, w->r: the suffix states after it, on return before it. */
 static void FN(chunk_back)(Back *w, const float *Q, const float *K, const float *V,
                            const float *dO, float *dq, float *dk, float *dv, long L, const float *ST,
                            const float *z)
 {
     long Cp = w->Cp, fp = w->fp, dvp = w->dvp, d = w->d, M = (L + 3) / 4 * 4;
     FN(load_chunk)(w, Q, K, V, L, 1);
-    FN(lower)(w, w->A, w->Fq, fp, d, w->FkT, L);                             /* A = tril(Fq Fk^T) */
+    FN(lower)(w, w->A, w->Fq, fp, d, w->FkT, L);                                /* A = tril(Fq Fk^T) */
     /* den, and g = dout / max(den, eps) (or dout) */
     for (long t = 0; t < L; t++) {
         float scale = 1.0f;
         if (w->normalize) {
-            /* (the row's columns past t are zeros, up to its last vector: dot with ones sums it) */
-            float s = FN(dot)(w->A + t * Cp, w->ones, (t / 4 * 4 / VL + 1) * VL) + FN(dot)(w->Fq + t * fp, z, d);
+            /* the row's columns past t are zeros up to its last vector: a dot with ones sums it */
+            long row = (t / 4 * 4 / VL + 1) * VL;
+            float s = FN(dot)(w->A + t * Cp, w->ones, row) + FN(dot)(w->Fq + t * fp, z, d);
             w->den[t] = s;
             scale = 1.0f / (s > w->eps ? s : w->eps);
             w->rc[t] = scale;
         }
         for (long e = 0; e < w->dv; e++) w->G[t * dvp + e] = dO[t * w->dv + e] * scale;
     }
-    FN(lower)(w, w->P, w->G, dvp, w->dv, w->VT, L);                          /* P = tril(g V^T) */
-    FN(gemm)(w->E, fp, M, fp, NULL, w->G, dvp, 1, w->dv, FULL, ST, fp);          /* E = g S^T */
+    FN(lower)(w, w->P, w->G, dvp, w->dv, w->VT, L);                             /* P = tril(g V^T) */
+    FN(gemm)(w->E, fp, M, fp, NULL, w->G, dvp, 1, w->dv, FULL, ST, fp);         /* E = g S^T */
     if (w->normalize)
         for (long t = 0; t < L; t++) {
             /* a_t . num_t = sum_j A_tj P_tj + phi(q_t) . (S a_t) */
@@ -210,14 +212,14 @@ static void FN(chunk_back)(Back *w, const float *Q, const float *K, const float 
             for (long j = 0; j <= t; j++) w->P[t * Cp + j] += beta;
             for (long f = 0; f < d; f++) w->E[t * fp + f] += beta * z[f];
         }
-    FN(gemm)(w->E, fp, M, fp, w->E, w->P, Cp, 1, L, LOWER, w->Fk, fp);           /* dFq = E + P Fk */
-    FN(gemm)(w->dFk, fp, M, fp, NULL, w->P, 1, Cp, L, UPPER, w->Fq, fp);         /* dFk = P^T Fq */
-    FN(gemm)(w->dFk, fp, M, fp, w->dFk, w->Vc, dvp, 1, w->dv, FULL, w->RT, fp);    /*     + V R^T */
-    /* dV = A^T g + Fk R, straight into the gradient when its rows need no padding */
+    FN(gemm)(w->E, fp, M, fp, w->E, w->P, Cp, 1, L, LOWER, w->Fk, fp);          /* dFq = E + P Fk */
+    FN(gemm)(w->dFk, fp, M, fp, NULL, w->P, 1, Cp, L, UPPER, w->Fq, fp);        /* dFk = P^T Fq */
+    FN(gemm)(w->dFk, fp, M, fp, w->dFk, w->Vc, dvp, 1, w->dv, FULL, w->RT, fp); /*     + V R^T */
+    /* dV straight into the gradient when its rows need no padding */
     int direct = w->dv == dvp && L == Cp;
     float *dV = direct ? dv : w->dVc;
-    FN(gemm)(dV, dvp, M, dvp, NULL, w->A, 1, Cp, L, UPPER, w->G, dvp);
-    FN(gemm)(dV, dvp, M, dvp, dV, w->Fk, fp, 1, d, FULL, w->R, dvp);
+    FN(gemm)(dV, dvp, M, dvp, NULL, w->A, 1, Cp, L, UPPER, w->G, dvp);          /* dV = A^T g */
+    FN(gemm)(dV, dvp, M, dvp, dV, w->Fk, fp, 1, d, FULL, w->R, dvp);            /*    + Fk R */
     for (long t = 0; t < L; t++) {
         for (long f = 0; f < d; f++) {
             dq[t * d + f] = w->E[t * fp + f] * w->Dq[t * fp + f];
@@ -226,7 +228,7 @@ static void FN(chunk_back)(Back *w, const float *Q, const float *K, const float 
         if (!direct) memcpy(dv + t * w->dv, w->dVc + t * dvp, (size_t)w->dv * sizeof(float));
     }
     /* the suffix states take this chunk in: R += Fq^T g, r += Fq^T beta */
-    FN(gemm)(w->R, dvp, fp, dvp, w->R, w->Fq, 1, fp, L, FULL, w->G, dvp);
+    FN(gemm)(w->R, dvp, fp, dvp, w->R, w->Fq, 1, fp, L, FULL, w->G, dvp);       /* R += Fq^T g */
     FN(transpose)(w->RT, fp, w->R, dvp, fp, dvp);
     if (w->normalize)
         for (long t = 0; t < L; t++)
