@@ -4,6 +4,7 @@ batches, a short run that learns, and the stored full run reproduced from its fi
 from __future__ import annotations
 
 import json
+from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
@@ -119,6 +120,10 @@ def test_stored_full_run_reproduces_its_first_losses():
                  what="first losses of the stored run")
     for r in stored["runs"]:
         assert 0.0 <= r["final_accuracy"] <= 1.0
+    preset = mqar.PRESETS["full"]  # the stored sweep is the current preset's, every run of it
+    assert stored["sweep"] == {**asdict(preset), "kinds": list(preset.kinds)}, "the preset changed: rerun it"
+    assert [(r["config"]["attention"], r["config"]["n_embd"], r["config"]["n_pairs"]) for r in stored["runs"]] \
+        == preset.runs()
 
 
 def test_merge_puts_runs_in_preset_order():

@@ -80,6 +80,35 @@ def test_results_json_schema(corpus, tmp_path):
     assert all(np.isfinite(curves["train_loss"]))
 
 
+def test_results_json_keeps_the_first_steps_then_every_tenth(corpus, tmp_path):
+    results = T.train(replace(TINY, max_steps=25, eval_interval=25), corpus, device="cpu", progress=False)
+    T.save_results(results, tmp_path / "r.json")
+    curves = json.loads((tmp_path / "r.json").read_text())["curves"]
+    assert curves["step"] == [*range(T.FIRST_LOSSES), 10, 20] and T.LOSS_STRIDE == 10
+    kept = curves["step"]
+    assert curves["train_loss"] == [results["curves"]["train_loss"][i] for i in kept]
+    assert curves["lr"] == [results["curves"]["lr"][i] for i in kept]
+    assert curves["val_step"] == [0, 25]
+
+
+def test_cli_threads_are_checked_and_the_command_recorded(monkeypatch, corpus, tmp_path):
+    with pytest.raises(SystemExit):
+        T.main(["--threads", "0"])
+    monkeypatch.setattr(T, "load_corpus", lambda: corpus)
+    monkeypatch.setitem(T.PRESETS, "book", TINY)
+    before = torch.get_num_threads()
+    try:
+        out = tmp_path / "r.json"
+        T.main(["--attention", "relu", "--threads", "1", "--no-progress", "--out", str(out)])
+        saved = json.loads(out.read_text())
+        assert saved["hardware"]["torch_threads"] == 1
+        args = f"--attention relu --threads 1 --no-progress --out {out}"
+        assert saved["command"] == f"python -m linattn_core.train {args}"
+        assert saved["config"]["attention"] == "relu" and saved["preset"] == "book"
+    finally:
+        torch.set_num_threads(before)
+
+
 def test_learning_rate_schedule():
     cfg = replace(TINY, max_steps=100, warmup_steps=10, lr=1.0, min_lr_ratio=0.1)
     lrs = [T.lr_at(s, cfg) for s in range(101)]
