@@ -61,7 +61,9 @@ class Config:
     matmul_sizes: tuple[int, ...] = (2048, 4096)
     min_run_time: float = 0.1
     max_run_time: float = 1.0
-    max_call_s: float = 8.0
+    # 12 s: the training target's SDPA step at N = 16,384 (about 7 s on a 2-core CPU) is measured, not
+    # extrapolated; SDPA's forward at 65,536 (some 30 s) still is
+    max_call_s: float = 12.0
     budget_s: float | None = 600.0
     threads: int | None = None
     decode_contexts: tuple[int, ...] = (1024, 4096, 16384, 65536)

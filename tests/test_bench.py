@@ -159,3 +159,9 @@ def test_decode_sweep_rows_and_memory():
             assert r["bytes_per_sequence"] == 2 * 4 * (4 + 1) * 4
     table = bench_decode.format_decode(rows).splitlines()
     assert len(table) == 1 + 4 and "state / token" in table[0]  # a header, then batch x context
+
+
+def test_default_budget_measures_the_training_targets_sdpa_step():
+    # SDPA's training step at N = 16,384 takes about 7 s on a 2-core CPU: the default per-call
+    # budget must let it be measured (the training target divides by it), not extrapolated
+    assert bench.Config().max_call_s == 12.0 and 16384 in bench.Config().lengths
