@@ -186,6 +186,7 @@ def train(cfg: TrainConfig, corpus: Corpus, *, device: str = "auto", checkpoint:
     if cfg.attention not in KINDS:
         raise ValueError(f"attention must be one of {KINDS}, got {cfg.attention!r}")
     device = pick_device(device)
+    commit = git_commit()  # the code that runs is the code at the start (HEAD may move meanwhile)
     model, opt, curves = _fresh(cfg, corpus.vocab_size, device)
     start, wall = 0, 0.0
     if resume:
@@ -219,7 +220,7 @@ def train(cfg: TrainConfig, corpus: Corpus, *, device: str = "auto", checkpoint:
         curves["val_loss"].append(evaluate(model, corpus.val, cfg, device))
     wall += time.perf_counter() - t0
     results = {"config": asdict(cfg), "model_config": model.cfg.to_dict(),
-               "parameters": model.num_parameters(), "steps_done": end, "git_commit": git_commit(),
+               "parameters": model.num_parameters(), "steps_done": end, "git_commit": commit,
                "hardware": hardware(device), "wall_s": wall,
                "tokens_per_s": (end - start) * cfg.batch_size * cfg.block_size / max(wall, 1e-9),
                "final_val_loss": curves["val_loss"][-1] if curves["val_loss"] else None,

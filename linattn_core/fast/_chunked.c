@@ -268,18 +268,34 @@ static const Kernel *problem_kernel(Py_ssize_t nb, Py_ssize_t n, Py_ssize_t d, P
     return kern;
 }
 
+/* threads that do work in the backward pass: one sequence each at a time */
+static int back_threads(Py_ssize_t nb, int threads)
+{
+    int t = threads < MAX_THREADS ? threads : MAX_THREADS;
+    return nb < t ? (int)nb : t;
+}
+
 static PyObject *py_workspace(PyObject *self, PyObject *args)
 {
     (void)self;
     Py_ssize_t nb, n, d, dv, C;
-    int threads;
+    int threads, backward = 0;
     const char *isa = NULL;
-    if (!PyArg_ParseTuple(args, "nnnnniz", &nb, &n, &d, &dv, &C, &threads, &isa)) return NULL;
+    if (!PyArg_ParseTuple(args, "nnnnniz|p", &nb, &n, &d, &dv, &C, &threads, &isa, &backward)) return NULL;
     const Kernel *kern = problem_kernel(nb, n, d, dv, C, threads, isa);
     if (!kern) return NULL;
     Problem p = {.nb = nb, .n = n, .d = d, .dv = dv, .C = C < n ? C : n};
+    if (backward) return PyLong_FromLong(back_threads(nb, threads) * kern->back_floats(&p));
     Plan pl = plan(&p, kern, threads);
     return PyLong_FromLong(workspace_floats(&pl, &p));
+}
+
+/* The feature map's code and eps of a call; on failure sets a ValueError and returns 0. */
+static int good_phi_eps(int phi, float eps)
+{
+    if (phi >= 0 && phi < PHI_COUNT && eps >= 0.0f) return 1;
+    PyErr_Format(PyExc_ValueError, "_chunked: bad feature map code %d or eps %g", phi, (double)eps);
+    return 0;
 }
 
 static PyObject *py_forward(PyObject *self, PyObject *args)
@@ -295,10 +311,7 @@ static PyObject *py_forward(PyObject *self, PyObject *args)
         return NULL;
     const Kernel *kern = problem_kernel(nb, n, d, dv, C, threads, isa);
     if (!kern) return NULL;
-    if (phi < 0 || phi >= PHI_COUNT || !(eps >= 0.0f)) {
-        PyErr_Format(PyExc_ValueError, "_chunked: bad feature map code %d or eps %g", phi, (double)eps);
-        return NULL;
-    }
+    if (!good_phi_eps(phi, eps)) return NULL;
     Problem p = {(const float *)(uintptr_t)q, (const float *)(uintptr_t)k, (const float *)(uintptr_t)v,
                  (float *)(uintptr_t)out, (float *)(uintptr_t)den, nb, n, d, dv, C < n ? C : n, phi, eps};
     Plan pl = plan(&p, kern, threads);
@@ -311,26 +324,6 @@ static PyObject *py_forward(PyObject *self, PyObject *args)
     forward(&p, kern, &pl, (float *)(uintptr_t)ws);
     Py_END_ALLOW_THREADS
     Py_RETURN_NONE;
-}
-
-/* threads that do work in the backward pass: one sequence each at a time */
-static int back_threads(Py_ssize_t nb, int threads)
-{
-    int t = threads < MAX_THREADS ? threads : MAX_THREADS;
-    return nb < t ? (int)nb : t;
-}
-
-static PyObject *py_back_workspace(PyObject *self, PyObject *args)
-{
-    (void)self;
-    Py_ssize_t nb, n, d, dv, C;
-    int threads;
-    const char *isa = NULL;
-    if (!PyArg_ParseTuple(args, "nnnnniz", &nb, &n, &d, &dv, &C, &threads, &isa)) return NULL;
-    const Kernel *kern = problem_kernel(nb, n, d, dv, C, threads, isa);
-    if (!kern) return NULL;
-    Problem p = {.nb = nb, .n = n, .d = d, .dv = dv, .C = C < n ? C : n};
-    return PyLong_FromLong(back_threads(nb, threads) * kern->back_floats(&p));
 }
 
 static PyObject *py_backward(PyObject *self, PyObject *args)
@@ -346,10 +339,7 @@ static PyObject *py_backward(PyObject *self, PyObject *args)
         return NULL;
     const Kernel *kern = problem_kernel(nb, n, d, dv, C, threads, isa);
     if (!kern) return NULL;
-    if (phi < 0 || phi >= PHI_COUNT || !(eps >= 0.0f)) {
-        PyErr_Format(PyExc_ValueError, "_chunked: bad feature map code %d or eps %g", phi, (double)eps);
-        return NULL;
-    }
+    if (!good_phi_eps(phi, eps)) return NULL;
     Problem p = {(const float *)(uintptr_t)q, (const float *)(uintptr_t)k, (const float *)(uintptr_t)v, NULL,
                  NULL, nb, n, d, dv, C < n ? C : n, phi, eps};
     int team = back_threads(nb, threads);
@@ -368,13 +358,12 @@ static PyObject *py_backward(PyObject *self, PyObject *args)
 static PyMethodDef methods[] = {
     {"isas", py_isas, METH_NOARGS, "isas() -> the instruction sets this CPU can run, best first."},
     {"workspace", py_workspace, METH_VARARGS,
-     "workspace(nb, n, d, dv, C, threads, isa) -> the float32 workspace forward needs, in floats."},
+     "workspace(nb, n, d, dv, C, threads, isa, backward=False) -> the float32 workspace forward (or\n"
+     "backward) needs, in floats."},
     {"forward", py_forward, METH_VARARGS,
      "forward(q, k, v, out, den, nb, n, d, dv, C, phi, eps, threads, isa, workspace, workspace_floats):\n"
      "addresses of contiguous float32 buffers; writes out and den. Call it through linattn_core.fast.kernel,\n"
      "which checks the tensors behind the addresses."},
-    {"back_workspace", py_back_workspace, METH_VARARGS,
-     "back_workspace(nb, n, d, dv, C, threads, isa) -> the float32 workspace backward needs, in floats."},
     {"backward", py_backward, METH_VARARGS,
      "backward(q, k, v, dout, dq, dk, dv, nb, n, d, dv, C, phi, eps, normalize, threads, isa, workspace,\n"
      "workspace_floats): addresses of contiguous float32 buffers; writes the gradients dq, dk, dv of causal\n"

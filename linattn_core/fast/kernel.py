@@ -179,7 +179,7 @@ def chunked_backward(Q: Any, K: Any, V: Any, dout: Any, phi: FeatureMap, eps: fl
     tensors = {"Q": Q, "K": K, "V": V, "dout": dout}
     code, (nb, n, d, d_v), C, eps, threads, isa = _checked(tensors, phi, C, eps, threads, isa)
     dQ, dK, dV = (pages.empty(tuple(x.shape), x) for x in (Q, K, V))  # large ones on huge pages
-    floats = _chunked.back_workspace(nb, n, d, d_v, C, threads, isa)
+    floats = _chunked.workspace(nb, n, d, d_v, C, threads, isa, True)
     ws = Q.new_empty((floats,))
     pointers = (x.data_ptr() for x in (Q, K, V, dout, dQ, dK, dV))
     _chunked.backward(*pointers, nb, n, d, d_v, C, code, eps, bool(normalize), threads, isa, ws.data_ptr(),
