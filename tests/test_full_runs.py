@@ -57,8 +57,8 @@ def test_stored_run_reproduces_its_first_losses(kind, corpus):
     before = torch.get_num_threads()
     torch.set_num_threads(1)  # the stored runs were trained on one thread: the same summation order
     try:
-        again = T.replay_losses(run, corpus, 3)
+        again = T.replay_losses(run, corpus, T.FIRST_LOSSES)
     finally:
         torch.set_num_threads(before)
-    assert_close(np.array(again), np.array(run["curves"]["train_loss"][:3]), dtype="float32",
+    assert_close(np.array(again), np.array(run["curves"]["train_loss"][: T.FIRST_LOSSES]), dtype="float32",
                  what=f"first losses of the stored {kind} run")
