@@ -438,7 +438,7 @@ def busy_core():
 
 def test_explorers_never_come_up_blank_under_load(jupyterlab, browser, busy_core):
     """Open a notebook of every explorer, Run All, with a core kept busy, several times: every
-    FigureWidget must come up with its traces drawn, showing its controls' current values."""
+    figure must come up with its traces drawn, showing its controls' current values."""
     if not CHROMIUM.exists():
         missing(f"{CHROMIUM} is missing (run `scripts/install_browser.sh`)")
     base, token, log_path = jupyterlab
