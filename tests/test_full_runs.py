@@ -1,4 +1,5 @@
-"""The stored full-preset runs (results/full-KIND.json): what the training chapter's table shows.
+"""The stored full-preset runs (results/full-KIND.json, and full-KIND-seed1.json with seed 1): what the
+training chapter's table shows.
 
 Each file must come from the current ``full`` preset, have run to its end, have learned from context,
 and reproduce: its first training losses, recomputed here from its configuration on the real text
@@ -22,18 +23,27 @@ from linattn_core import train as T  # noqa: E402
 from linattn_core.model import KINDS  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent.parent / "results"
-STORED = {kind: RESULTS / f"full-{kind}.json" for kind in KINDS}
+SEEDS = (0, 1)
+STORED = {(kind, seed): RESULTS / f"full-{kind}{'' if seed == 0 else f'-seed{seed}'}.json"
+          for kind in KINDS for seed in SEEDS}
+RUNS = sorted(STORED, key=lambda ks: (ks[1], KINDS.index(ks[0])))
 
 
-def test_every_kind_has_a_stored_run():
-    missing = [kind for kind, path in STORED.items() if not path.is_file()]
+def run_id(ks) -> str:
+    return f"{ks[0]}-seed{ks[1]}"
+
+
+def test_every_kind_has_its_stored_runs():
+    missing = [run_id(ks) for ks, path in STORED.items() if not path.is_file()]
     assert not missing, f"no stored full run for {missing}: python -m linattn_core.train --preset full ..."
 
 
-@pytest.mark.parametrize("kind", KINDS)
-def test_stored_run_is_the_current_preset_run_to_its_end(kind):
-    run = json.loads(STORED[kind].read_text())
-    assert run["config"] == asdict(replace(T.PRESETS["full"], attention=kind)), "the preset changed: rerun it"
+@pytest.mark.parametrize("ks", RUNS, ids=run_id)
+def test_stored_run_is_the_current_preset_run_to_its_end(ks):
+    kind, seed = ks
+    run = json.loads(STORED[ks].read_text())
+    want = asdict(replace(T.PRESETS["full"], attention=kind, seed=seed))
+    assert run["config"] == want, "the preset changed: rerun it"
     assert run["preset"] == "full" and run["steps_done"] == run["config"]["max_steps"]
     assert run["command"].startswith(f"python -m linattn_core.train --attention {kind} --preset full")
     assert run["hardware"]["torch_threads"] == 1 and len(run["git_commit"] or "") == 40
@@ -51,9 +61,10 @@ def corpus():
     return data.load_corpus()
 
 
-@pytest.mark.parametrize("kind", KINDS)
-def test_stored_run_reproduces_its_first_losses(kind, corpus):
-    run = json.loads(STORED[kind].read_text())
+@pytest.mark.parametrize("ks", RUNS, ids=run_id)
+def test_stored_run_reproduces_its_first_losses(ks, corpus):
+    kind, seed = ks
+    run = json.loads(STORED[ks].read_text())
     before = torch.get_num_threads()
     torch.set_num_threads(1)  # the stored runs were trained on one thread: the same summation order
     try:
@@ -61,4 +72,4 @@ def test_stored_run_reproduces_its_first_losses(kind, corpus):
     finally:
         torch.set_num_threads(before)
     assert_close(np.array(again), np.array(run["curves"]["train_loss"][: T.FIRST_LOSSES]), dtype="float32",
-                 what=f"first losses of the stored {kind} run")
+                 what=f"first losses of the stored {kind} run, seed {seed}")
