@@ -70,7 +70,7 @@ PRESETS: dict[str, TrainConfig] = {
     # inside the book build: every kind in a few seconds each on a 2-core CPU
     "book": TrainConfig(),
     # the stored comparison: the size of nanoGPT's laptop example (4 layers, 4 heads, width 128, batch
-    # 12, 2000 steps) with a context of 128; about 7 minutes per kind on one core of a 2-core CPU
+    # 12, 2000 steps) with a context of 128; 5 to 9 minutes per kind on one core of a 2-core CPU
     "full": TrainConfig(n_layer=4, n_head=4, n_embd=128, block_size=128, batch_size=12, max_steps=2000,
                         lr=3e-3, warmup_steps=100, eval_interval=250, eval_batches=20),
 }
