@@ -235,22 +235,24 @@ def test_any_shape_equals_the_reference(nb, n, d, d_v, C, threads, map_name, isa
 
 
 # --- how linear_attention chooses the kernel -------------------------------------------------------
-def _spy(monkeypatch) -> list:
+def spy_on(monkeypatch, name: str = "chunked", arg: int = 3) -> list:
+    """Replace ``kernel.<name>`` by a pass-through that records argument ``arg`` (the feature map) of
+    every call; returns the list of records."""
     calls = []
-    real = kernel.chunked
+    real = getattr(kernel, name)
 
     def spy(*args, **kwargs):
-        calls.append(args[3])
+        calls.append(args[arg])
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(kernel, "chunked", spy)
+    monkeypatch.setattr(kernel, name, spy)
     return calls
 
 
 @needs_kernel
 @pytest.mark.parametrize("n", [65, 1000], ids=lambda n: f"T{n}")
 def test_linear_attention_uses_the_kernel_for_float32_cpu_without_grad(monkeypatch, n):
-    calls = _spy(monkeypatch)
+    calls = spy_on(monkeypatch)
     q, k, v = qkv(2, n, 8, 8, seed=5, map_name="elu+1")
     q, k, v = (x.view(2, 1, n, -1) for x in (q, k, v))  # batch dims are flattened for the kernel
     out = linear_attention(q, k, v, causal=True, method="chunked", chunk_size=16)
@@ -265,7 +267,7 @@ def test_linear_attention_uses_the_kernel_for_float32_cpu_without_grad(monkeypat
 @needs_kernel
 def test_precomputed_features_go_through_the_kernel_as_identity(monkeypatch):
     # performer and cosformer are not elementwise: causal_chunked computes their features first
-    calls = _spy(monkeypatch)
+    calls = spy_on(monkeypatch)
     q, k, v = qkv(2, 300, 8, 8, seed=6, map_name="elu+1")
     phi = get_feature_map("cosformer")
     out = linear_attention(q, k, v, phi, causal=True, method="chunked")
@@ -280,7 +282,7 @@ def test_precomputed_features_go_through_the_kernel_as_identity(monkeypatch):
     ["float64", "softplus", "env off", "switched off", "recurrent", "noncausal"],
 )
 def test_linear_attention_keeps_the_torch_forms_otherwise(monkeypatch, why):
-    calls = _spy(monkeypatch)
+    calls = spy_on(monkeypatch)
     q, k, v = qkv(2, 600, 8, 8, seed=7, map_name="elu+1")
     kw = {"causal": True, "method": "chunked"}
     fmap = "elu+1"

@@ -13,10 +13,9 @@ import pytest
 from _tolerances import assert_close
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_native import CASES, ISAS, KERNEL_MAPS, case_id, needs_kernel, qkv
+from test_native import CASES, ISAS, KERNEL_MAPS, case_id, needs_kernel, qkv, spy_on
 
 from linattn_core import fast, get_feature_map, kernel_attention, linear_attention, native
-from linattn_core.fast import kernel
 
 torch = pytest.importorskip("torch")
 pytestmark = [needs_kernel, pytest.mark.filterwarnings("ignore:.*denominator:RuntimeWarning")]
@@ -102,21 +101,13 @@ def test_threads_and_instruction_sets_agree():
 # --- through linear_attention -------------------------------------------------------------------
 
 
-def spy_on(monkeypatch):
-    calls = []
-    real = kernel.chunked_backward
-
-    def spy(*args, **kwargs):
-        calls.append(args[4])
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(kernel, "chunked_backward", spy)
-    return calls
+def spy_on_backward(monkeypatch):
+    return spy_on(monkeypatch, "chunked_backward", 4)
 
 
 @pytest.mark.parametrize("map_name", ["elu+1", "relu", "performer", "cosformer"])
 def test_linear_attention_trains_through_the_compiled_backward(monkeypatch, map_name):
-    calls = spy_on(monkeypatch)
+    calls = spy_on_backward(monkeypatch)
     q, k, v, dout = inputs((2, 130, 16, 8, 64), "elu+1", seed=5)
     q, k, v = (x.view(2, 1, 130, -1).requires_grad_() for x in (q, k, v))  # batch dims are flattened
     out = linear_attention(q, k, v, map_name, causal=True, method="chunked")
@@ -129,7 +120,7 @@ def test_linear_attention_trains_through_the_compiled_backward(monkeypatch, map_
 
 
 def test_double_backward_float64_and_switched_off_use_the_torch_form(monkeypatch):
-    calls = spy_on(monkeypatch)
+    calls = spy_on_backward(monkeypatch)
     q, k, v, dout = inputs((1, 70, 8, 8, 64), "elu+1", seed=6)
     q, k, v = (x.requires_grad_() for x in (q, k, v))
     out = linear_attention(q, k, v, causal=True, method="chunked")
