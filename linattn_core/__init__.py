@@ -54,6 +54,6 @@ __all__ = [
 import os as _os
 
 if _os.environ.get("LINATTN_BOOK_BUILD"):
-    from . import viz as _viz  # book build: site-wide plotly.js renderer, no CDN
+    from .tools import viz as _viz  # book build: site-wide plotly.js renderer, no CDN
 
     _viz.use_static_renderer()

@@ -14,7 +14,7 @@ symbol    meaning
 ``v``     values, ``(..., N_k, d_v)``
 ``phi``   the feature map, ``(..., N, d) -> (..., N, d_phi)``
 ``S``     the state ``sum_j phi(k_j) v_j^T``, ``(..., d_phi, d_v)``
-``z``     the normaliser ``sum_j phi(k_j)``, ``(..., d_phi)``
+``z``     the normalizer ``sum_j phi(k_j)``, ``(..., d_phi)``
 ========  =====================================================
 """
 
@@ -243,11 +243,6 @@ def swap_last(x: Any) -> Any:
     if is_torch(x):
         return x.transpose(-1, -2)
     return np.swapaxes(x, -1, -2)
-
-
-def transpose(x: Any) -> Any:
-    """The matrix transpose of a stack of matrices, ``x^T``: ``(..., a, b) -> (..., b, a)``."""
-    return swap_last(x)
 
 
 def tril(x: Any) -> Any:

@@ -10,10 +10,10 @@ import math
 import warnings
 from typing import Any
 
-from . import _backend as B
+from . import _backend as ops
 from .feature_maps import FeatureMap, as_feature_map
 
-__all__ = ["kernel_attention", "normalise", "softmax_attention", "warn_nonpositive"]
+__all__ = ["kernel_attention", "normalized", "softmax_attention", "warn_nonpositive"]
 
 
 def softmax_attention(
@@ -49,7 +49,7 @@ def softmax_attention(
     Notes
     -----
     Each row of scores is shifted by its maximum before ``exp`` (this changes nothing after the
-    normalisation and keeps ``exp`` from overflowing).
+    normalization and keeps ``exp`` from overflowing).
 
     Examples
     --------
@@ -62,37 +62,35 @@ def softmax_attention(
     ((2, 6, 4), True, True)
     """
     # q: (..., N_q, d), k: (..., N_k, d), v: (..., N_k, d_v)
-    be = B.check_qkv(q, k, v, causal=B.check_flag(causal, "causal"))
-    B.check_flag(return_weights, "return_weights")
-    scale = B.check_scale(scale, int(q.shape[-1]))
+    be = ops.check_qkv(q, k, v, causal=ops.check_flag(causal, "causal"))
+    ops.check_flag(return_weights, "return_weights")
+    scale = ops.check_scale(scale, int(q.shape[-1]))
     q, k, v = (be.to_compute(x) for x in (q, k, v))
-    scores = (q @ B.swap_last(k)) * scale  # (..., N_q, N_k)
+    scores = (q @ ops.swap_last(k)) * scale  # (..., N_q, N_k)
     if causal:
-        mask = B.causal_mask(int(q.shape[-2]), q)
-        scores = B.lib(q).where(mask, scores, -math.inf)
-    scores = scores - B.amax(scores, -1)  # every row has a finite max: the diagonal is never masked
-    weights = B.lib(q).exp(scores)
-    weights = weights / B.total(weights, -1, keepdims=True)
+        mask = ops.causal_mask(int(q.shape[-2]), q)
+        scores = ops.lib(q).where(mask, scores, -math.inf)
+    scores = scores - ops.amax(scores, -1)  # every row has a finite max: the diagonal is never masked
+    weights = ops.lib(q).exp(scores)
+    weights = weights / ops.total(weights, -1, keepdims=True)
     out = be.to_output(weights @ v)  # (..., N_q, d_v)
     return (out, be.to_output(weights)) if return_weights else out
 
 
-_check_scale = B.check_scale  # the one scale check (KVCache uses it too)
 
-
-def normalise(num: Any, den: Any, eps: float) -> Any:
+def normalized(num: Any, den: Any, eps: float) -> Any:
     """``num / max(den, eps)``, the stabiliser shared by every form.
 
     num: (..., N, d_v), den: (..., N) -> (..., N, d_v)
     """
-    return num / B.clamp_min(den, eps)[..., None]
+    return num / ops.clamp_min(den, eps)[..., None]
 
 
 def warn_nonpositive(den: Any, phi: FeatureMap, stacklevel: int = 3) -> None:
     """Warn once per call, with the count, when some denominators ``phi(q_i) . z`` are <= 0."""
     if phi.positive:
         return  # strictly positive features: nothing to count (and no device sync)
-    bad = B.count_nonpositive(den)
+    bad = ops.count_nonpositive(den)
     if bad:
         warnings.warn(
             f"{bad} of {int(math.prod(den.shape))} denominators phi(q_i) . z were <= 0 with the"
@@ -130,7 +128,7 @@ def kernel_attention(
     eps : float
         Denominators are clamped to at least ``eps``.
     return_weights : bool
-        Also return the normalised weights ``A_ij / max(sum_j A_ij, eps)``.
+        Also return the normalized weights ``A_ij / max(sum_j A_ij, eps)``.
 
     Returns
     -------
@@ -153,17 +151,17 @@ def kernel_attention(
     (True, (2, 7, 7))
     """
     # q: (..., N_q, d), k: (..., N_k, d), v: (..., N_k, d_v)
-    be = B.check_qkv(q, k, v, causal=B.check_flag(causal, "causal"))
-    eps = B.check_eps(eps)
-    B.check_flag(return_weights, "return_weights")
+    be = ops.check_qkv(q, k, v, causal=ops.check_flag(causal, "causal"))
+    eps = ops.check_eps(eps)
+    ops.check_flag(return_weights, "return_weights")
     phi = as_feature_map(feature_map, int(q.shape[-1]))
     q, k, v = (be.to_compute(x) for x in (q, k, v))
     phi_q, phi_k = phi.pair(q, k, causal=causal)  # (..., N_q, d_phi), (..., N_k, d_phi)
-    A = phi_q @ B.swap_last(phi_k)  # (..., N_q, N_k): every pairwise score
+    A = phi_q @ ops.swap_last(phi_k)  # (..., N_q, N_k): every pairwise score
     if causal:
-        A = B.lib(A).where(B.causal_mask(int(q.shape[-2]), q), A, 0.0)
-    den = B.total(A, -1)  # (..., N_q)
+        A = ops.lib(A).where(ops.causal_mask(int(q.shape[-2]), q), A, 0.0)
+    den = ops.total(A, -1)  # (..., N_q)
     warn_nonpositive(den, phi)
-    weights = A / B.clamp_min(den, eps)[..., None]  # (..., N_q, N_k), rows sum to 1 when den >= eps
+    weights = A / ops.clamp_min(den, eps)[..., None]  # (..., N_q, N_k), rows sum to 1 when den >= eps
     out = be.to_output(weights @ v)
     return (out, be.to_output(weights)) if return_weights else out

@@ -7,8 +7,8 @@ of the gates it has lived through::
     w_ij  = phi(q_i) . phi(k_j) * prod_{j < l <= i} g_l          (j <= i)
     out_i = sum_j w_ij v_j / max(sum_j w_ij, eps)
 
-The normaliser decays with the state (``z_t = g_t z_{t-1} + phi(k_t)``); with ``normalize=False``
-the output is the numerator alone, as RetNet and GLA use it (they normalise afterwards).
+The normalizer decays with the state (``z_t = g_t z_{t-1} + phi(k_t)``); with ``normalize=False``
+the output is the numerator alone, as RetNet and GLA use it (they normalize afterwards).
 
 Three forms, like :mod:`linattn_core.linear`: the quadratic masked reference
 :func:`decayed_kernel_attention`, and :func:`decayed_linear_attention` with ``method="recurrent"``
@@ -22,9 +22,9 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from . import _backend as B
+from . import _backend as ops
 from . import linear_grad
-from .attention import normalise, warn_nonpositive
+from .attention import normalized, warn_nonpositive
 from .feature_maps import as_feature_map, require_exact_products
 
 __all__ = ["DECAY_METHODS", "decayed_kernel_attention", "decayed_linear_attention"]
@@ -32,11 +32,11 @@ __all__ = ["DECAY_METHODS", "decayed_kernel_attention", "decayed_linear_attentio
 DECAY_METHODS = ("auto", "recurrent", "chunked")
 
 
-def _log_gates(decay: Any, q: Any, be: B.Backend) -> Any:
+def _log_gates(decay: Any, q: Any, be: ops.Backend) -> Any:
     """``log g_t`` for every step, ``(..., N)``: ``decay`` is one ``gamma`` or a gate per token, in (0, 1]."""
-    gates = B.per_token(decay, q, be, "decay", interval="(0, 1]", valid=lambda g: (g > 0) & (g <= 1),
+    gates = ops.per_token(decay, q, be, "decay", interval="(0, 1]", valid=lambda g: (g > 0) & (g <= 1),
                         array_name="decay gates")
-    return B.lib(gates).log(gates)
+    return ops.lib(gates).log(gates)
 
 
 def _prepare(q: Any, k: Any, v: Any, feature_map: Any, decay: Any, normalize: bool, where: str) -> tuple:
@@ -44,7 +44,7 @@ def _prepare(q: Any, k: Any, v: Any, feature_map: Any, decay: Any, normalize: bo
 
     -> backend, phi, phi(q), phi(k): (..., N, d_phi), v in the compute dtype, log g: (..., N)
     """
-    be = B.check_qkv(q, k, v, causal=True)
+    be = ops.check_qkv(q, k, v, causal=True)
     phi = as_feature_map(feature_map, int(q.shape[-1]))
     if not normalize:
         require_exact_products(phi, where, "normalize")
@@ -75,14 +75,14 @@ def decayed_kernel_attention(
     decay : float in (0, 1], or array of gates with shape (..., N) and values in (0, 1]
         ``g_t``; ``1`` is plain causal linear attention.
     normalize : bool
-        Divide by the decayed normaliser ``max(phi(q_i) . z_i, eps)`` (True) or return the numerator.
+        Divide by the decayed normalizer ``max(phi(q_i) . z_i, eps)`` (True) or return the numerator.
         The numerator is exact for any feature map whose products ``phi(q) . phi(k)`` are the kernel
         itself; a stabilised Performer's are so only up to per-query constants, which cancel in the
-        normalised output alone, so ``normalize=False`` refuses it (``ValueError``): build it with
+        normalized output alone, so ``normalize=False`` refuses it (``ValueError``): build it with
         ``stabilize=False`` for the raw numerator.
     eps : float
     return_weights : bool
-        Also return the implied ``(..., N, N)`` weights (normalised when ``normalize`` is True).
+        Also return the implied ``(..., N, N)`` weights (normalized when ``normalize`` is True).
 
     Returns
     -------
@@ -98,19 +98,19 @@ def decayed_kernel_attention(
     True
     """
     # q, k: (..., N, d), v: (..., N, d_v)
-    B.check_flag(return_weights, "return_weights")
-    eps, normalize = B.check_eps(eps), B.check_flag(normalize, "normalize")
+    ops.check_flag(return_weights, "return_weights")
+    eps, normalize = ops.check_eps(eps), ops.check_flag(normalize, "normalize")
     where = "decayed_kernel_attention"
     be, phi, phi_q, phi_k, v, log_g = _prepare(q, k, v, feature_map, decay, normalize, where)
-    b = B.cumsum(log_g, -1)  # b_i = sum_{l <= i} log g_l, so prod_{j < l <= i} g_l = exp(b_i - b_j)
-    mask = B.causal_mask(int(phi_q.shape[-2]), phi_q)
-    xp = B.lib(phi_q)
+    b = ops.cumsum(log_g, -1)  # b_i = sum_{l <= i} log g_l, so prod_{j < l <= i} g_l = exp(b_i - b_j)
+    mask = ops.causal_mask(int(phi_q.shape[-2]), phi_q)
+    xp = ops.lib(phi_q)
     gap = xp.where(mask, b[..., :, None] - b[..., None, :], -math.inf)  # -inf above the diagonal
-    A = (phi_q @ B.swap_last(phi_k)) * xp.exp(gap)  # (..., N, N)
+    A = (phi_q @ ops.swap_last(phi_k)) * xp.exp(gap)  # (..., N, N)
     if normalize:
-        den = B.total(A, -1)
+        den = ops.total(A, -1)
         warn_nonpositive(den, phi)
-        A = A / B.clamp_min(den, eps)[..., None]
+        A = A / ops.clamp_min(den, eps)[..., None]
     out = be.to_output(A @ v)
     return (out, be.to_output(A)) if return_weights else out
 
@@ -148,9 +148,9 @@ def decayed_linear_attention(
     # q, k: (..., N, d), v: (..., N, d_v)
     if method not in DECAY_METHODS:
         raise ValueError(f"method must be one of {DECAY_METHODS}, got {method!r}")
-    chunk_size = B.check_positive_int(chunk_size, "chunk_size")
-    B.check_flag(return_state, "return_state")
-    eps, normalize = B.check_eps(eps), B.check_flag(normalize, "normalize")
+    chunk_size = ops.check_positive_int(chunk_size, "chunk_size")
+    ops.check_flag(return_state, "return_state")
+    eps, normalize = ops.check_eps(eps), ops.check_flag(normalize, "normalize")
     where = "decayed_linear_attention"
     be, phi, phi_q, phi_k, v, log_g = _prepare(q, k, v, feature_map, decay, normalize, where)
     if not return_state and linear_grad.needs_grad(phi_q, phi_k, v, log_g):  # training: O(N) memory
@@ -163,7 +163,7 @@ def decayed_linear_attention(
         num, den, S, z = _chunked(phi_q, phi_k, v, log_g, chunk_size)
     if normalize:
         warn_nonpositive(den, phi)
-        out = normalise(num, den, eps)
+        out = normalized(num, den, eps)
     else:
         out = num
     out = be.to_output(out)
@@ -177,16 +177,16 @@ def _recurrent(phi_q: Any, phi_k: Any, v: Any, log_g: Any) -> tuple[Any, Any, An
     """
     f, d_v = int(phi_k.shape[-1]), int(v.shape[-1])
     lead = tuple(phi_k.shape[:-2])
-    S, z = B.zeros(lead + (f, d_v), phi_k), B.zeros(lead + (f,), phi_k)
-    g = B.lib(log_g).exp(log_g)  # (..., N)
+    S, z = ops.zeros(lead + (f, d_v), phi_k), ops.zeros(lead + (f,), phi_k)
+    g = ops.lib(log_g).exp(log_g)  # (..., N)
     nums, dens = [], []
     for t in range(int(phi_k.shape[-2])):
         k_t, v_t, q_t, g_t = phi_k[..., t, :], v[..., t, :], phi_q[..., t, :], g[..., t]
         S = g_t[..., None, None] * S + k_t[..., :, None] * v_t[..., None, :]
         z = g_t[..., None] * z + k_t
         nums.append((q_t[..., None, :] @ S)[..., 0, :])
-        dens.append(B.total(q_t * z, -1))
-    return B.stack(nums, -2), B.stack(dens, -1), S, z
+        dens.append(ops.total(q_t * z, -1))
+    return ops.stack(nums, -2), ops.stack(dens, -1), S, z
 
 
 def _chunked(phi_q: Any, phi_k: Any, v: Any, log_g: Any, C: int) -> tuple[Any, Any, Any, Any]:
@@ -199,21 +199,21 @@ def _chunked(phi_q: Any, phi_k: Any, v: Any, log_g: Any, C: int) -> tuple[Any, A
 
     Every exponent is <= 0, so nothing overflows however long the sequence.
     """
-    xp = B.lib(phi_q)
+    xp = ops.lib(phi_q)
     n, f, d_v = int(phi_q.shape[-2]), int(phi_q.shape[-1]), int(v.shape[-1])
     lead = tuple(phi_q.shape[:-2])
-    S, z = B.zeros(lead + (f, d_v), phi_k), B.zeros(lead + (f,), phi_k)
+    S, z = ops.zeros(lead + (f, d_v), phi_k), ops.zeros(lead + (f,), phi_k)
     nums, dens = [], []
     for s in range(0, n, C):
         Q, K, V = phi_q[..., s : s + C, :], phi_k[..., s : s + C, :], v[..., s : s + C, :]
-        b = B.cumsum(log_g[..., s : s + C], -1)  # (..., c)
+        b = ops.cumsum(log_g[..., s : s + C], -1)  # (..., c)
         c = int(b.shape[-1])
-        gap = xp.where(B.causal_mask(c, Q), b[..., :, None] - b[..., None, :], -math.inf)
-        A = (Q @ B.swap_last(K)) * xp.exp(gap)  # (..., c, c): decayed scores inside the chunk
+        gap = xp.where(ops.causal_mask(c, Q), b[..., :, None] - b[..., None, :], -math.inf)
+        A = (Q @ ops.swap_last(K)) * xp.exp(gap)  # (..., c, c): decayed scores inside the chunk
         into = xp.exp(b)[..., None]  # (..., c, 1): decay from the chunk start to token i
         nums.append(A @ V + into * (Q @ S))
-        dens.append(B.total(A, -1) + into[..., 0] * (Q @ z[..., None])[..., 0])
+        dens.append(ops.total(A, -1) + into[..., 0] * (Q @ z[..., None])[..., 0])
         tail = xp.exp(b[..., -1:] - b)[..., :, None]  # (..., c, 1): decay from token j to the chunk end
-        S = xp.exp(b[..., -1])[..., None, None] * S + B.swap_last(K * tail) @ V
-        z = xp.exp(b[..., -1])[..., None] * z + B.total(K * tail, -2)
-    return B.concat(nums, -2), B.concat(dens, -1), S, z
+        S = xp.exp(b[..., -1])[..., None, None] * S + ops.swap_last(K * tail) @ V
+        z = xp.exp(b[..., -1])[..., None] * z + ops.total(K * tail, -2)
+    return ops.concat(nums, -2), ops.concat(dens, -1), S, z

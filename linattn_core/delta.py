@@ -7,8 +7,8 @@ et al. 2024) first reads what the state already predicts for ``k_t`` and writes 
     S_t = S_{t-1} + beta_t phi(k_t) (v_t - S_{t-1}^T phi(k_t))^T,        y_t = S_t^T phi(q_t)
 
 With unit-norm features and ``beta_t = 1`` the write replaces the value stored under ``k_t``.
-Features are L2-normalised by default (``normalize_qk=True``), which keeps the update a contraction
-for ``0 <= beta_t <= 2``. There is no normaliser ``z``: the state is a fast-weight memory read by a
+Features are L2-normalized by default (``normalize_qk=True``), which keeps the update a contraction
+for ``0 <= beta_t <= 2``. There is no normalizer ``z``: the state is a fast-weight memory read by a
 product.
 
 Three forms, all exact:
@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from . import _backend as B
+from . import _backend as ops
 from .feature_maps import as_feature_map, require_exact_products
 
 __all__ = ["DELTA_METHODS", "delta_rule_attention"]
@@ -36,15 +36,15 @@ __all__ = ["DELTA_METHODS", "delta_rule_attention"]
 DELTA_METHODS = ("auto", "recurrent", "quadratic", "chunked")
 
 
-def _betas(beta: Any, q: Any, be: B.Backend) -> Any:
+def _betas(beta: Any, q: Any, be: ops.Backend) -> Any:
     """Write strengths ``beta_t`` as an array shaped ``(..., N)``; a number is used at every step."""
-    return B.per_token(beta, q, be, "beta", interval="[0, 2]", valid=lambda b: (b >= 0) & (b <= 2))
+    return ops.per_token(beta, q, be, "beta", interval="[0, 2]", valid=lambda b: (b >= 0) & (b <= 2))
 
 
 def _unit_rows(x: Any) -> Any:
     """``x / ||x||`` along the last dim (a zero row stays zero)."""
-    norm = B.total(x * x, -1, keepdims=True)
-    return x / B.lib(x).sqrt(B.clamp_min(norm, 1e-12))
+    norm = ops.total(x * x, -1, keepdims=True)
+    return x / ops.lib(x).sqrt(ops.clamp_min(norm, 1e-12))
 
 
 def delta_rule_attention(
@@ -68,7 +68,7 @@ def delta_rule_attention(
     beta : float in [0, 2], or array of shape (..., N)
         The write strength ``beta_t`` of each token (1: overwrite the value stored under ``k_t``).
     feature_map : str, FeatureMap or callable
-        ``phi``, applied before the L2 normalisation (default: the identity, as in DeltaNet).
+        ``phi``, applied before the L2 normalization (default: the identity, as in DeltaNet).
     normalize_qk : bool
         Scale ``phi(q_t)`` and ``phi(k_t)`` to unit length (True keeps the update stable). Unit rows
         also remove any positive constant a map multiplies a row by, so a stabilised Performer is exact
@@ -95,10 +95,10 @@ def delta_rule_attention(
     # q, k: (..., N, d), v: (..., N, d_v)
     if method not in DELTA_METHODS:
         raise ValueError(f"method must be one of {DELTA_METHODS}, got {method!r}")
-    chunk_size = B.check_positive_int(chunk_size, "chunk_size")
-    be = B.check_qkv(q, k, v, causal=True)
-    normalize_qk = B.check_flag(normalize_qk, "normalize_qk")
-    B.check_flag(return_state, "return_state")
+    chunk_size = ops.check_positive_int(chunk_size, "chunk_size")
+    be = ops.check_qkv(q, k, v, causal=True)
+    normalize_qk = ops.check_flag(normalize_qk, "normalize_qk")
+    ops.check_flag(return_state, "return_state")
     phi = as_feature_map(feature_map, int(q.shape[-1]))
     if not normalize_qk:
         require_exact_products(phi, "delta_rule_attention", "normalize_qk")
@@ -120,20 +120,20 @@ def delta_rule_attention(
 def _recurrent(Q: Any, K: Any, V: Any, beta: Any) -> tuple[Any, Any]:
     """The literal recurrence. Q, K: (..., N, f), V: (..., N, d_v), beta: (..., N)."""
     lead, f, d_v = tuple(K.shape[:-2]), int(K.shape[-1]), int(V.shape[-1])
-    S = B.zeros(lead + (f, d_v), K)  # (..., f, d_v)
+    S = ops.zeros(lead + (f, d_v), K)  # (..., f, d_v)
     ys = []
     for t in range(int(K.shape[-2])):
         k_t, v_t, q_t = K[..., t, :], V[..., t, :], Q[..., t, :]
         predicted = (k_t[..., None, :] @ S)[..., 0, :]  # S_{t-1}^T phi(k_t): what the memory recalls
         S = S + beta[..., t, None, None] * k_t[..., :, None] * (v_t - predicted)[..., None, :]
         ys.append((q_t[..., None, :] @ S)[..., 0, :])
-    return B.stack(ys, -2), S
+    return ops.stack(ys, -2), S
 
 
 def _solve_unit_lower(T: Any, rhs: Any) -> Any:
     """Solve ``T X = rhs`` for a unit lower-triangular ``T: (..., c, c)``."""
-    if B.is_torch(T):
-        return B.torch_module().linalg.solve_triangular(T, rhs, upper=False, unitriangular=True)
+    if ops.is_torch(T):
+        return ops.torch_module().linalg.solve_triangular(T, rhs, upper=False, unitriangular=True)
     return np.linalg.solve(T, rhs)
 
 
@@ -143,28 +143,28 @@ def _corrections(K: Any, rhs: Any, beta: Any) -> Any:
     K: (..., c, f), rhs: (..., c, d_v), beta: (..., c) -> U: (..., c, d_v)
     """
     c = int(K.shape[-2])
-    strict = B.causal_mask(c, K) & ~B.swap_last(B.causal_mask(c, K))  # j < i: earlier tokens only
-    KK = B.lib(K).where(strict, beta[..., :, None] * (K @ B.swap_last(K)), 0.0)
-    eye = B.from_numpy(np.eye(c), K)
+    strict = ops.causal_mask(c, K) & ~ops.swap_last(ops.causal_mask(c, K))  # j < i: earlier tokens only
+    KK = ops.lib(K).where(strict, beta[..., :, None] * (K @ ops.swap_last(K)), 0.0)
+    eye = ops.from_numpy(np.eye(c), K)
     return _solve_unit_lower(eye + KK, beta[..., :, None] * rhs)
 
 
 def _quadratic(Q: Any, K: Any, V: Any, beta: Any) -> tuple[Any, Any]:
     """All tokens at once (``N x N``): ``U`` from one triangular solve, ``Y = tril(Q K^T) U``."""
     U = _corrections(K, V, beta)
-    A = B.lib(Q).where(B.causal_mask(int(Q.shape[-2]), Q), Q @ B.swap_last(K), 0.0)
-    return A @ U, B.swap_last(K) @ U
+    A = ops.lib(Q).where(ops.causal_mask(int(Q.shape[-2]), Q), Q @ ops.swap_last(K), 0.0)
+    return A @ U, ops.swap_last(K) @ U
 
 
 def _chunked(Q: Any, K: Any, V: Any, beta: Any, C: int) -> tuple[Any, Any]:
     """Chunks of ``C`` tokens: a ``C x C`` solve each, the state ``S`` carried between them."""
     lead, n, f, d_v = tuple(K.shape[:-2]), int(K.shape[-2]), int(K.shape[-1]), int(V.shape[-1])
-    S = B.zeros(lead + (f, d_v), K)
+    S = ops.zeros(lead + (f, d_v), K)
     ys = []
     for s in range(0, n, C):
         Qc, Kc, Vc = Q[..., s : s + C, :], K[..., s : s + C, :], V[..., s : s + C, :]
         U = _corrections(Kc, Vc - Kc @ S, beta[..., s : s + C])  # corrections against the carried S
-        A = B.lib(Qc).where(B.causal_mask(int(Qc.shape[-2]), Qc), Qc @ B.swap_last(Kc), 0.0)
+        A = ops.lib(Qc).where(ops.causal_mask(int(Qc.shape[-2]), Qc), Qc @ ops.swap_last(Kc), 0.0)
         ys.append(Qc @ S + A @ U)
-        S = S + B.swap_last(Kc) @ U
-    return B.concat(ys, -2), S
+        S = S + ops.swap_last(Kc) @ U
+    return ops.concat(ys, -2), S

@@ -24,7 +24,7 @@ from typing import Any
 
 from . import _backend as ops  # the array helpers, one spelling for numpy and torch
 from . import fast, linear_grad
-from .attention import normalise, warn_nonpositive
+from .attention import normalized, warn_nonpositive
 from .feature_maps import as_feature_map
 
 __all__ = ["METHODS", "linear_attention"]
@@ -61,7 +61,11 @@ def linear_attention(
     eps : float
         Denominators are clamped to at least ``eps`` (as in :func:`kernel_attention`).
     method : {"auto", "recurrent", "cumsum", "chunked"}
-        How to compute the causal prefix sums (validated, and ignored, when not causal).
+        How to compute the causal prefix sums (validated, and ignored, when not causal). With torch
+        inputs that need gradients, ``"auto"`` and ``"chunked"`` train through the hand-written
+        backward pass in O(N) memory (:mod:`linattn_core.linear_grad`); ``"recurrent"`` and
+        ``"cumsum"`` run their reference form under plain autograd, which keeps what that form
+        allocates (to compare with, or to measure it).
     chunk_size : int
         ``C`` for ``method="chunked"``; any ``N`` works with any ``C``.
 
@@ -94,10 +98,11 @@ def linear_attention(
     eps = ops.check_eps(eps)
     phi = as_feature_map(feature_map, int(q.shape[-1]))
     q, k, v = (be.to_compute(x) for x in (q, k, v))
+    if causal and method in ("auto", "chunked") and linear_grad.needs_grad(q, k, v):
+        # training: the chunked form with a backward pass in O(N) memory
+        return be.to_output(linear_grad.causal_linear_attention(q, k, v, phi, eps=eps, chunk_size=chunk_size))
     if causal and method == "auto":
         method = _auto_method(int(q.shape[-2]))
-    if causal and linear_grad.needs_grad(q, k, v):  # training: a backward pass in O(N) memory
-        return be.to_output(linear_grad.causal_linear_attention(q, k, v, phi, eps=eps, chunk_size=chunk_size))
     # the speed tier (linattn_core.fast): the same maths arranged for a CPU, or None where it does not apply
     result = fast.linear_attention(q, k, v, phi, causal=causal, eps=eps, method=method, chunk_size=chunk_size)
     out, den = result if result is not None else _reference(q, k, v, phi, causal, eps, method, chunk_size)
@@ -129,11 +134,11 @@ def noncausal(phi_q: Any, phi_k: Any, v: Any, eps: float) -> tuple[Any, Any]:
     phi_q: (..., N_q, d_phi), phi_k: (..., N_k, d_phi), v: (..., N_k, d_v)
     -> out (..., N_q, d_v), den (..., N_q)
     """
-    S = ops.transpose(phi_k) @ v  # (..., d_phi, d_v): phi(K)^T V
+    S = ops.swap_last(phi_k) @ v  # (..., d_phi, d_v): phi(K)^T V
     z = ops.total(phi_k, axis=-2)  # (..., d_phi): the sum of the key features
     num = phi_q @ S  # (..., N_q, d_v)
     den = (phi_q @ z[..., None])[..., 0]  # (..., N_q)
-    return normalise(num, den, eps), den
+    return normalized(num, den, eps), den
 
 
 def causal_recurrent(phi_q: Any, phi_k: Any, v: Any, eps: float) -> tuple[Any, Any]:
@@ -152,7 +157,7 @@ def causal_recurrent(phi_q: Any, phi_k: Any, v: Any, eps: float) -> tuple[Any, A
         nums.append((q_t[..., None, :] @ S)[..., 0, :])  # phi(q_t)^T S_t: (..., d_v)
         dens.append(ops.total(q_t * z, axis=-1))  # phi(q_t) . z_t: (...,)
     num, den = ops.stack(nums, axis=-2), ops.stack(dens, axis=-1)
-    return normalise(num, den, eps), den
+    return normalized(num, den, eps), den
 
 
 def causal_cumsum(phi_q: Any, phi_k: Any, v: Any, eps: float) -> tuple[Any, Any]:
@@ -165,7 +170,7 @@ def causal_cumsum(phi_q: Any, phi_k: Any, v: Any, eps: float) -> tuple[Any, Any]
     z = ops.cumsum(phi_k, axis=-2)  # (..., N, d_phi)
     num = (phi_q[..., None, :] @ S)[..., 0, :]  # (..., N, d_v)
     den = ops.total(phi_q * z, axis=-1)  # (..., N)
-    return normalise(num, den, eps), den
+    return normalized(num, den, eps), den
 
 
 _CAUSAL = {"recurrent": causal_recurrent, "cumsum": causal_cumsum}
@@ -215,17 +220,17 @@ def _chunks(Q: Any, K: Any, V: Any, S: Any, z: Any, C: int, eps: float) -> tuple
     Q = Q.reshape((batch, n_chunks, C, d_phi))  # Q[:, c] is the chunk's Q_c
     K = K.reshape((batch, n_chunks, C, d_phi))
     V = V.reshape((batch, n_chunks, C, d_v))
-    A = ops.tril(Q @ ops.transpose(K))  # (batch, n_chunks, C, C): M * Q_c K_c^T inside each chunk
+    A = ops.tril(Q @ ops.swap_last(K))  # (batch, n_chunks, C, C): M * Q_c K_c^T inside each chunk
     num = A @ V  # (batch, n_chunks, C, d_v): the chunk's own tokens
     den = ops.total(A, axis=-1)  # (batch, n_chunks, C)
     # The state each chunk starts from, S_[c] = S + sum over the earlier chunks c' of K_c'^T V_c'.
     # One cumulative sum over [S, K_0^T V_0, K_1^T V_1, ...] gives every S_[c] at once; its one extra,
     # last entry is the state after the final chunk, which the caller carries on.
-    S_before = ops.cumsum(ops.concat([S[:, None], ops.transpose(K) @ V], axis=1), axis=1)
+    S_before = ops.cumsum(ops.concat([S[:, None], ops.swap_last(K) @ V], axis=1), axis=1)
     z_before = ops.cumsum(ops.concat([z[:, None], ops.total(K, axis=-2)], axis=1), axis=1)
     # S_before: (batch, n_chunks + 1, d_phi, d_v), z_before: (batch, n_chunks + 1, d_phi)
     num = num + Q @ S_before[:, :n_chunks]  # the earlier chunks, through the carried state: Q_c S_[c]
     den = den + (Q @ z_before[:, :n_chunks, :, None])[..., 0]
-    out = normalise(num, den, eps)
+    out = normalized(num, den, eps)
     S_after, z_after = S_before[:, n_chunks], z_before[:, n_chunks]
     return out.reshape((batch, n, d_v)), den.reshape((batch, n)), S_after, z_after

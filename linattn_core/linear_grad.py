@@ -35,7 +35,8 @@ the suffix states ``R, r`` backwards. The forward saves only its inputs: nothing
 ``phi`` is recomputed a block at a time in the backward, so neither ``phi(q)`` nor its gradient is
 ever stored whole. Its own gradient is ``dphi/dx`` times the features' gradient: for the maps whose
 derivative is known (elu+1, relu, relu+1, softplus) ``phi`` and ``dphi/dx`` come from one pass over the
-block (see :func:`linattn_core.fast.feature_slope`); for any other map from ordinary autograd on that block.
+block (see :func:`linattn_core.feature_maps.feature_slope`); for any other map from ordinary
+autograd on that block.
 
 The backward is written with differentiable torch ops, so second derivatives (double backward)
 work too. On CPU float32 tensors without decay it hands off to the same two passes compiled
@@ -44,69 +45,49 @@ work too. On CPU float32 tensors without decay it hands off to the same two pass
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import math
-from collections.abc import Iterator
 from typing import Any
 
-from . import _backend as B
+from . import _backend as ops
 from . import fast
 from .attention import warn_nonpositive
-from .feature_maps import FeatureMap, Identity, as_feature_map
+from .feature_maps import FeatureMap, Identity, feature_slope
 
-__all__ = ["causal_linear_attention", "needs_grad", "switched_off"]
+__all__ = ["causal_linear_attention", "needs_grad"]
 
 # Tokens per block of chunks: the block's scores, (rows x C), and states, (chunks x d_phi x d_v),
 # stay small while each torch op still covers many chunks (the fixed cost of an op is paid rarely).
 _BLOCK_ROWS = 2048
 
-_OFF = [False]
-
-
-@contextlib.contextmanager
-def switched_off() -> Iterator[None]:
-    """Within this block, ``linear_attention`` and ``decayed_linear_attention`` leave gradients to
-    plain autograd through their torch forms (to compare with, or to measure what it keeps)."""
-    _OFF.append(True)
-    try:
-        yield
-    finally:
-        _OFF.pop()
-
 
 def needs_grad(*xs: Any) -> bool:
-    """True when some torch input needs a gradient now (autograd enabled and not switched off)."""
-    if _OFF[-1] or not B.is_torch(xs[0]):
+    """True when some torch input needs a gradient now (autograd enabled)."""
+    if not ops.is_torch(xs[0]):
         return False
-    torch = B.torch_module()
+    torch = ops.torch_module()
     return torch.is_grad_enabled() and any(x is not None and x.requires_grad for x in xs)
 
 
-def causal_linear_attention(
-    q: Any,
-    k: Any,
-    v: Any,
-    feature_map: Any = "elu+1",
-    *,
-    log_g: Any = None,
-    normalize: bool = True,
-    eps: float = 1e-6,
-    chunk_size: int = 64,
-    features: bool = False,
-) -> Any:
+def causal_linear_attention(q: Any, k: Any, v: Any, phi: FeatureMap, *, log_g: Any = None,
+                            normalize: bool = True, eps: float = 1e-6, chunk_size: int = 64,
+                            features: bool = False) -> Any:
     """Causal linear attention whose backward pass is the chunked form run in reverse (O(N) memory).
+
+    Called by the public functions (:func:`linattn_core.linear_attention`,
+    :func:`linattn_core.decay.decayed_linear_attention`) with their arguments already checked and
+    resolved: it validates nothing again.
 
     Parameters
     ----------
     q, k : torch.Tensor, shape (..., N, d)
     v : torch.Tensor, shape (..., N, d_v)
-    feature_map : str, FeatureMap or callable
-        ``phi``. An elementwise map is applied a block at a time, in the backward too; any other is
-        applied to the whole sequence with ordinary autograd, and its features are the inputs.
+    phi : FeatureMap
+        An elementwise map is applied a block at a time, in the backward too; any other is applied
+        to the whole sequence with ordinary autograd, and its features are the inputs.
     log_g : torch.Tensor, shape (..., N), optional
         ``log g_t`` of a decaying state (a constant or per-token gate, as in
-        :func:`linattn_core.decayed_linear_attention`); ``None`` for no decay. Its gradient is
+        :func:`linattn_core.decay.decayed_linear_attention`); ``None`` for no decay. Its gradient is
         computed too.
     normalize : bool
         Divide by ``max(den, eps)`` (True) or return the numerator alone.
@@ -114,8 +95,8 @@ def causal_linear_attention(
     chunk_size : int
         ``C``; any ``N`` works with any ``C``.
     features : bool
-        ``q`` and ``k`` are already ``phi(q)`` and ``phi(k)`` (``feature_map`` then only names the
-        map in the warning about denominators <= 0).
+        ``q`` and ``k`` are already ``phi(q)`` and ``phi(k)`` (``phi`` then only names the map in
+        the warning about denominators <= 0).
 
     Returns
     -------
@@ -123,8 +104,6 @@ def causal_linear_attention(
         Equal to :func:`linattn_core.kernel_attention` (or the decayed reference) up to rounding.
     """
     # q, k: (..., N, d), v: (..., N, d_v), log_g: (..., N)
-    given = isinstance(feature_map, FeatureMap)
-    phi = feature_map if features and given else as_feature_map(feature_map, int(q.shape[-1]))
     if features:
         x_q, x_k, per_block = q, k, None
     elif phi.elementwise:
@@ -132,14 +111,13 @@ def causal_linear_attention(
     else:
         x_q, x_k = phi.pair(q, k, causal=True)  # (..., N, d_phi): whole, through ordinary autograd
         per_block = None
-    C = B.check_positive_int(chunk_size, "chunk_size")
-    return _function().apply(x_q, x_k, v, log_g, per_block, phi, float(eps), C, bool(normalize))
+    return _function().apply(x_q, x_k, v, log_g, per_block, phi, float(eps), int(chunk_size), bool(normalize))
 
 
 @functools.cache
 def _function() -> type:
     """The ``torch.autograd.Function`` (made on first use: importing this module imports no torch)."""
-    torch = B.torch_module()
+    torch = ops.torch_module()
 
     class CausalLinearAttention(torch.autograd.Function):
         @staticmethod
@@ -147,12 +125,12 @@ def _function() -> type:
             # x_q, x_k: (..., N, d) inputs of phi (its features when phi is None), v: (..., N, d_v)
             ctx.save_for_backward(x_q, x_k, v, log_g)
             ctx.setup = (phi, eps, C, normalize)
-            if log_g is None and normalize:  # the library's forward (its fast path where there is one)
-                from .linear import linear_attention
-
-                return linear_attention(x_q, x_k, v, phi or Identity(), causal=True, eps=eps,
-                                        method="chunked", chunk_size=C)
-            out, den = forward(x_q, x_k, v, log_g, phi, eps, C, normalize)
+            fast_result = None
+            if log_g is None and normalize:  # the speed tier's forward where it applies (no grad in here)
+                fast_result = fast.linear_attention(x_q, x_k, v, phi or Identity(), causal=True, eps=eps,
+                                                    method="chunked", chunk_size=C)
+            out, den = fast_result if fast_result is not None else forward(x_q, x_k, v, log_g, phi, eps, C,
+                                                                           normalize)
             if normalize:
                 warn_nonpositive(den, phi_warn, stacklevel=4)
             return out
@@ -197,7 +175,7 @@ class _Decay:
     """
 
     def __init__(self, lam: Any, mask: Any) -> None:
-        torch = B.torch_module()
+        torch = ops.torch_module()
         gap = torch.where(mask, lam[..., :, None] - lam[..., None, :], -math.inf)
         self.D = torch.exp(gap)
         self.into = torch.exp(lam)[..., None]
@@ -218,7 +196,7 @@ def _scan(S0: Any, parts: Any, decay: _Decay | None) -> tuple[Any, Any]:
     S0: (nb, *s), parts: (nb, G, *s) -> before (nb, G, *s), after (nb, *s).
     (G adds of nb states: torch's cumsum along a middle dimension is far slower on a CPU.)
     """
-    torch = B.torch_module()
+    torch = ops.torch_module()
     G = int(parts.shape[1])
     states = [S0]
     for g in range(G):
@@ -232,7 +210,7 @@ def _scan_back(R_end: Any, parts: Any, decay: _Decay | None) -> tuple[Any, Any]:
 
     R_end: (nb, *s) (all later blocks), parts: (nb, G, *s) -> after (nb, G, *s), before (nb, *s)
     """
-    torch = B.torch_module()
+    torch = ops.torch_module()
     G = int(parts.shape[1])
     states = [R_end]  # states[-1]: the state after chunk g, walking back
     for g in range(G - 1, -1, -1):
@@ -254,7 +232,7 @@ def _mm(x: Any, y: Any, add: Any = None, fresh: bool = False) -> Any:
     ``add`` (a temporary of the result's shape that nothing reads afterwards) becomes the result,
     accumulated in place, when no graph is being recorded: that saves copying it.
     """
-    torch = B.torch_module()
+    torch = ops.torch_module()
     lead, x, y = tuple(x.shape[:2]), x.flatten(0, 1), y.flatten(0, 1)
     if add is None:
         out = torch.bmm(x, y)
@@ -305,7 +283,7 @@ def _features(phi: FeatureMap | None, x: Any) -> Any:
     """phi(x) of a block, (..., d) -> (..., f), a fresh contiguous tensor."""
     if phi is None:
         return x.contiguous()
-    known = fast.feature_slope(phi)
+    known = feature_slope(phi)
     return phi(x).contiguous() if known is None else known(x, False)[0]
 
 
@@ -322,13 +300,13 @@ def _zero_state(X: Any, f: int, d_v: int, normalize: bool) -> tuple[Any, Any]:
 def forward(x_q: Any, x_k: Any, v: Any, log_g: Any, phi: FeatureMap | None, eps: float, C: int,
             normalize: bool) -> tuple[Any, Any]:
     """The chunked forward, a block of chunks at a time: out (..., N, d_v), den (..., N) or None."""
-    torch = B.torch_module()
+    torch = ops.torch_module()
     lead, n, d_v = tuple(v.shape[:-2]), int(v.shape[-2]), int(v.shape[-1])
     X_q, X_k, V, lg, nb = _flat(x_q, x_k, v, log_g)
     S, z = _zero_state(X_q, _dim(phi, X_q), d_v, normalize)
     outs, dens = [], []
     for a, b, c in _blocks(n, C, nb):
-        mask = B.causal_mask(c, X_q)
+        mask = ops.causal_mask(c, X_q)
         Q, K = (_features(phi, _chunks(X, a, b, c, copy=False)) for X in (X_q, X_k))
         _, num, den, _, (S, z) = _block_forward(Q, K, _chunks(V, a, b, c), _decay(lg, a, b, c, mask),
                                                 S, z)
@@ -356,7 +334,7 @@ def backward(x_q: Any, x_k: Any, v: Any, log_g: Any, dout: Any, phi: FeatureMap 
     Pass 1 runs the state recurrence forwards and keeps the state at the start of each block;
     pass 2 walks the blocks backwards (see the module docstring for the formulas).
     """
-    torch = B.torch_module()
+    torch = ops.torch_module()
     create_graph = torch.is_grad_enabled()  # double backward: keep the graph of these ops
     compiled = None if create_graph or log_g is not None else fast.causal_backward(
         x_q, x_k, v, dout, phi, eps, C, normalize)  # the same passes, compiled (CPU float32)
@@ -376,7 +354,7 @@ def backward(x_q: Any, x_k: Any, v: Any, log_g: Any, dout: Any, phi: FeatureMap 
     grads = _Grads(X_q, X_k, V, lg, create_graph)
     R, r = _zero_state(X_q, f, d_v, normalize)
     for (a, b, c), (S0, z0) in zip(reversed(blocks), reversed(starts), strict=True):
-        mask = B.causal_mask(c, X_q)
+        mask = ops.causal_mask(c, X_q)
         decay = _decay(lg, a, b, c, mask)
         (Q, xq), (K, xk) = (_features_grad(phi, _chunks(X, a, b, c, copy=False), create_graph)
                             for X in (X_q, X_k))
@@ -399,9 +377,9 @@ def _advance(S: Any, z: Any, phi: FeatureMap | None, X_k: Any, V: Any, lg: Any, 
     """
     if lg is None:
         K = _features(phi, X_k[:, a:b])  # (nb, L, f)
-        S = B.torch_module().baddbmm(S, _T(K), V[:, a:b])  # V read in place: (nb, L, d_v)
+        S = ops.torch_module().baddbmm(S, _T(K), V[:, a:b])  # V read in place: (nb, L, d_v)
         return S, (None if z is None else z + K.sum(-2))
-    decay = _decay(lg, a, b, c, B.causal_mask(c, X_k))
+    decay = _decay(lg, a, b, c, ops.causal_mask(c, X_k))
     Kt = _decayed(_features(phi, _chunks(X_k, a, b, c, copy=False)), "tail", decay)
     S = _scan(S, _mm(_T(Kt), _chunks(V, a, b, c)), decay)[1]
     return S, (None if z is None else _scan(z, Kt.sum(-2), decay)[1])
@@ -409,14 +387,14 @@ def _advance(S: Any, z: Any, phi: FeatureMap | None, X_k: Any, V: Any, lg: Any, 
 
 def _features_grad(phi: FeatureMap | None, x: Any, create_graph: bool) -> tuple[Any, Any]:
     """phi of a block and what maps the features' gradient back to x: dphi/dx (a tensor) for a map
-    known to :func:`linattn_core.fast.feature_slope`, else the input and the features with the
+    known to :func:`linattn_core.feature_maps.feature_slope`, else the input and the features with the
     graph of phi alone (a tuple)."""
     if phi is None:
         return x.contiguous(), None
-    known = fast.feature_slope(phi)
+    known = feature_slope(phi)
     if known is not None and not create_graph:  # double backward differentiates phi by autograd
         return known(x, True)
-    torch = B.torch_module()
+    torch = ops.torch_module()
     with torch.enable_grad():
         x_in = x if create_graph else x.detach().requires_grad_()
         feats = phi(x_in)
@@ -464,7 +442,7 @@ class _Grads:
     differentiable pieces and joined at the end. Maps features' gradients through phi's autograd."""
 
     def __init__(self, X_q: Any, X_k: Any, V: Any, lg: Any, create_graph: bool) -> None:
-        torch = B.torch_module()
+        torch = ops.torch_module()
         self.create_graph, self.decay = create_graph, lg is not None
         self.pieces: list[tuple] = []
         if not create_graph:
@@ -472,7 +450,7 @@ class _Grads:
             self.dB = torch.empty_like(lg) if lg is not None else None
 
     def put(self, a: int, b: int, phi: FeatureMap | None, q: tuple, k: tuple, dV: Any) -> None:
-        torch = B.torch_module()
+        torch = ops.torch_module()
         nb = int(dV.shape[0])
         rows = []
         dB = None
@@ -480,7 +458,7 @@ class _Grads:
             dB = ((q[0] * q[2]).sum(-1) - (k[0] * k[2]).sum(-1)).reshape(nb, b - a)
         for i, (_, x, dF) in enumerate((q, k)):
             dF = dF.reshape(nb, b - a, int(dF.shape[-1]))
-            if B.is_torch(x) and not self.create_graph:  # dphi/dx: dX = dphi/dx * dF, into the result
+            if ops.is_torch(x) and not self.create_graph:  # dphi/dx: dX = dphi/dx * dF, into the result
                 torch.mul(dF, x.reshape(dF.shape), out=self.whole[i][:, a:b])
                 dF = None
             elif x is not None:
@@ -498,7 +476,7 @@ class _Grads:
             self.dB[:, a:b] = dB
 
     def result(self) -> tuple[Any, Any, Any, Any]:
-        torch = B.torch_module()
+        torch = ops.torch_module()
         if self.create_graph:
             parts = list(zip(*reversed(self.pieces), strict=True))  # blocks came last to first
             dq, dk, dv = (torch.cat(p, 1) for p in parts[:3])

@@ -3,7 +3,7 @@
 Store ``n`` pairs with random unit keys in ``d`` dims and random unit values, then query the memory
 with every stored key and compare each answer with the value stored under that key. The error
 ``1 - cos^2(answer, value)`` is the part of the answer that is not the stored value (0: perfect
-recall, 1: nothing of it); it ignores the answer's length, so a normaliser does not change it.
+recall, 1: nothing of it); it ignores the answer's length, so a normalizer does not change it.
 
 The memories compared (``rule``):
 
@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import _backend as B
+from . import _backend as ops
 from .attention import softmax_attention
 from .decay import decayed_linear_attention
 from .delta import delta_rule_attention
@@ -47,7 +47,7 @@ def _unit_rows(a: np.ndarray) -> np.ndarray:
 
 def make_task(n: int, d: int, d_v: int = 8, *, seed: int = 0) -> RecallTask:
     """``n`` random unit keys in ``d`` dims with random unit values (seeded)."""
-    n, d, d_v = (B.check_positive_int(value, name) for name, value in (("n", n), ("d", d), ("d_v", d_v)))
+    n, d, d_v = (ops.check_positive_int(value, name) for name, value in (("n", n), ("d", d), ("d_v", d_v)))
     rng = np.random.default_rng(seed)
     return RecallTask(_unit_rows(rng.standard_normal((n, d))), _unit_rows(rng.standard_normal((n, d_v))))
 
@@ -66,7 +66,7 @@ def recall_answers(
     if rule == "softmax":
         return softmax_attention(K, K, V, scale=softmax_scale)
     if rule in ("linear", "decay"):
-        # the read-out S^T k_i without the normaliser: it only rescales an answer, and with signed
+        # the read-out S^T k_i without the normalizer: it only rescales an answer, and with signed
         # (identity) features its sign could flip; the error ignores the length anyway
         decay = 1.0 if rule == "linear" else gamma
         _, (S, _) = decayed_linear_attention(
@@ -74,7 +74,7 @@ def recall_answers(
         )
         return K @ S
     if rule == "delta":
-        passes = B.check_positive_int(passes, "passes")
+        passes = ops.check_positive_int(passes, "passes")
         K_all, V_all = np.tile(K, (passes, 1)), np.tile(V, (passes, 1))  # replay the same pairs
         _, S = delta_rule_attention(K_all, K_all, V_all, beta, return_state=True)
         return K @ S

@@ -17,8 +17,8 @@ from typing import Any
 
 import numpy as np
 
-from . import _backend as B
-from .attention import normalise, warn_nonpositive
+from . import _backend as ops
+from .attention import normalized, warn_nonpositive
 from .feature_maps import as_feature_map
 
 __all__ = ["KVCache", "LinearAttentionState"]
@@ -27,11 +27,11 @@ __all__ = ["KVCache", "LinearAttentionState"]
 def _prototype(dtype: Any, like: Any) -> Any:
     """An empty array that carries the backend, compute dtype and device of a new state."""
     if like is not None:
-        be = B.backend_of(like, names=("like",))
+        be = ops.backend_of(like, names=("like",))
         if be.is_torch:
             return like.new_empty((0,), dtype=be.compute_dtype)
         return np.empty((0,), dtype=be.compute_dtype)
-    torch = B.torch_module()
+    torch = ops.torch_module()
     if torch is not None and isinstance(dtype, torch.dtype):
         return _prototype(None, torch.empty(0, dtype=dtype))
     try:
@@ -53,13 +53,13 @@ def _check_batch_shape(batch_shape: Any) -> tuple[int, ...]:
 
 def _token(x: Any, name: str, shape: tuple[int, ...], proto: Any, cls: str) -> Any:
     """Check one token ``x: (*batch_shape, n)`` against the state; cast it to the state dtype."""
-    be = B.backend_of(x, names=(name,))
-    if be.is_torch != B.is_torch(proto):
-        kind = "torch" if B.is_torch(proto) else "numpy"
+    be = ops.backend_of(x, names=(name,))
+    if be.is_torch != ops.is_torch(proto):
+        kind = "torch" if ops.is_torch(proto) else "numpy"
         raise TypeError(f"{name} is a {type(x).__name__} but this {cls} holds {kind} arrays")
     if tuple(int(s) for s in x.shape) != shape:
         raise ValueError(
-            f"{name} has shape {B.shape_str(x)} but this {cls} expects {shape} (*batch_shape, dim)"
+            f"{name} has shape {ops.shape_str(x)} but this {cls} expects {shape} (*batch_shape, dim)"
         )
     if be.is_torch:
         return x.to(dtype=proto.dtype, device=proto.device)
@@ -67,11 +67,12 @@ def _token(x: Any, name: str, shape: tuple[int, ...], proto: Any, cls: str) -> A
 
 
 def _copy(x: Any) -> Any:
-    return x.clone() if B.is_torch(x) else x.copy()
+    return x.clone() if ops.is_torch(x) else x.copy()
 
 
 def _nbytes(*arrays: Any) -> int:
-    return sum(int(math.prod(a.shape)) * (a.element_size() if B.is_torch(a) else a.itemsize) for a in arrays)
+    return sum(int(math.prod(a.shape)) * (a.element_size() if ops.is_torch(a) else a.itemsize)
+               for a in arrays)
 
 
 class LinearAttentionState:
@@ -132,24 +133,24 @@ class LinearAttentionState:
         dtype: Any = np.float64,
         like: Any = None,
     ) -> None:
-        self.d = B.check_positive_int(d, "d")
-        self.d_v = B.check_positive_int(d_v, "d_v")
+        self.d = ops.check_positive_int(d, "d")
+        self.d_v = ops.check_positive_int(d_v, "d_v")
         self.batch_shape = _check_batch_shape(batch_shape)
-        self.eps = B.check_eps(eps)
+        self.eps = ops.check_eps(eps)
         self.phi = as_feature_map(feature_map, self.d)
         self.phi.check_streamable()  # e.g. cosFormer needs its max_len: positions are not known ahead
         self._proto = _prototype(dtype, like)
         self._out_dtype = like.dtype if like is not None else self._proto.dtype
-        self.d_phi = int(self.phi.keys(B.zeros((1, self.d), self._proto)).shape[-1])  # ask one token
+        self.d_phi = int(self.phi.keys(ops.zeros((1, self.d), self._proto)).shape[-1])  # ask one token
         self.reset()
 
     def reset(self) -> None:
         """Forget every token: ``S = 0``, ``z = 0``, ``t = 0``."""
-        self.S = B.zeros(self.batch_shape + (self.d_phi, self.d_v), self._proto)
-        self.z = B.zeros(self.batch_shape + (self.d_phi,), self._proto)
+        self.S = ops.zeros(self.batch_shape + (self.d_phi, self.d_v), self._proto)
+        self.z = ops.zeros(self.batch_shape + (self.d_phi,), self._proto)
         self.t = 0
         # what the feature map's stabiliser has seen (-inf: no key yet); only a stabilised map uses it
-        self._shift = B.zeros(self.batch_shape, self._proto) - math.inf
+        self._shift = ops.zeros(self.batch_shape, self._proto) - math.inf
 
     def _key_features(self, k: Any) -> Any:
         # k: (*batch, d) -> phi(k): (*batch, d_phi), at position t; rescales S, z when the map asks
@@ -184,9 +185,9 @@ class LinearAttentionState:
         q_t = _token(q_t, "q_t", self.batch_shape + (self.d,), self._proto, "LinearAttentionState")
         f = self._query_features(q_t)  # (*batch, d_phi)
         num = (f[..., None, :] @ self.S)[..., 0, :]  # (*batch, d_v)
-        den = B.total(f * self.z, -1)  # (*batch,)
+        den = ops.total(f * self.z, -1)  # (*batch,)
         warn_nonpositive(den, self.phi)
-        return self._out(normalise(num, den, self.eps))
+        return self._out(normalized(num, den, self.eps))
 
     def step(self, q_t: Any, k_t: Any, v_t: Any) -> Any:
         """``update(k_t, v_t)`` then ``query(q_t)``: one step of causal decoding."""
@@ -194,7 +195,7 @@ class LinearAttentionState:
         return self.query(q_t)
 
     def _out(self, y: Any) -> Any:
-        if B.is_torch(y):
+        if ops.is_torch(y):
             return y.to(self._out_dtype)
         return y.astype(self._out_dtype, copy=False)
 
@@ -252,18 +253,18 @@ class KVCache:
         dtype: Any = np.float64,
         like: Any = None,
     ) -> None:
-        self.d = B.check_positive_int(d, "d")
-        self.d_v = B.check_positive_int(d_v, "d_v")
+        self.d = ops.check_positive_int(d, "d")
+        self.d_v = ops.check_positive_int(d_v, "d_v")
         self.batch_shape = _check_batch_shape(batch_shape)
-        self.scale = B.check_scale(scale, self.d)
+        self.scale = ops.check_scale(scale, self.d)
         self._proto = _prototype(dtype, like)
         self._out_dtype = like.dtype if like is not None else self._proto.dtype
         self.reset()
 
     def reset(self) -> None:
         """Drop every stored key and value."""
-        self._K = B.zeros(self.batch_shape + (0, self.d), self._proto)
-        self._V = B.zeros(self.batch_shape + (0, self.d_v), self._proto)
+        self._K = ops.zeros(self.batch_shape + (0, self.d), self._proto)
+        self._V = ops.zeros(self.batch_shape + (0, self.d_v), self._proto)
         self.t = 0
 
     @property
@@ -279,8 +280,8 @@ class KVCache:
     def _grow(self) -> None:
         # double the capacity: copies O(t) numbers once every t steps, amortised O(1) per token
         cap = max(16, 2 * int(self._K.shape[-2]))
-        K = B.zeros(self.batch_shape + (cap, self.d), self._proto)
-        V = B.zeros(self.batch_shape + (cap, self.d_v), self._proto)
+        K = ops.zeros(self.batch_shape + (cap, self.d), self._proto)
+        V = ops.zeros(self.batch_shape + (cap, self.d_v), self._proto)
         K[..., : self.t, :] = self._K[..., : self.t, :]
         V[..., : self.t, :] = self._V[..., : self.t, :]
         self._K, self._V = K, V
@@ -305,10 +306,10 @@ class KVCache:
             raise ValueError("KVCache.attend: the cache is empty; append a key/value pair first")
         K, V = self._K[..., : self.t, :], self._V[..., : self.t, :]  # (*batch, t, d), (*batch, t, d_v)
         scores = (K @ q_t[..., :, None])[..., 0] * self.scale  # (*batch, t)
-        w = B.lib(scores).exp(scores - B.amax(scores, -1))  # max-shifted, as in softmax_attention
-        w = w / B.total(w, -1, keepdims=True)
+        w = ops.lib(scores).exp(scores - ops.amax(scores, -1))  # max-shifted, as in softmax_attention
+        w = w / ops.total(w, -1, keepdims=True)
         y = (w[..., None, :] @ V)[..., 0, :]  # (*batch, d_v)
-        return y.to(self._out_dtype) if B.is_torch(y) else y.astype(self._out_dtype, copy=False)
+        return y.to(self._out_dtype) if ops.is_torch(y) else y.astype(self._out_dtype, copy=False)
 
     def step(self, q_t: Any, k_t: Any, v_t: Any) -> Any:
         """``append(k_t, v_t)`` then ``attend(q_t)``."""

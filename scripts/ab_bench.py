@@ -61,7 +61,7 @@ def checkout(rev: str, into: Path) -> Path:
 
 def runs(module) -> str:
     """What runs the causal chunked form in this version of linattn_core."""
-    try:  # every version with the kernel has linattn_core.native; linear.py need not import it
+    try:  # every version with the kernel has linattn_core.fast.kernel; linear.py need not import it
         native = importlib.import_module(f"{module.__name__}.native")
     except ImportError:
         native = None
@@ -89,7 +89,7 @@ def main() -> int:
         forms["working tree"] = runs(versions["working tree"])
         for name, form in forms.items():
             print(f"{name}: the causal chunked form runs as {form}")
-        timing = importlib.import_module("linattn_core.timing")  # the working tree's (loaded last)
+        timing = importlib.import_module("linattn_core.tools.timing")  # the working tree's (loaded last)
         rate_before = timing.matmul_rate("cpu")
         gen = torch.Generator().manual_seed(0)
         rows = []

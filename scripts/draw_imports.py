@@ -1,21 +1,21 @@
-"""Draw the imports inside linattn_core, grouped by tier: teaching -> speed -> nothing back.
+"""Draw the imports inside linattn_core, grouped by tier; the tiers are the folders.
 
     python scripts/draw_imports.py              # a text tree: each module, its tier, what it imports
     python scripts/draw_imports.py --mermaid    # the same graph as a mermaid flowchart (paste into a .md)
 
-The tiers (CONTRIBUTING.md, "Layout"):
+The tiers (CONTRIBUTING.md, "Layout"), read from where a module lives:
 
-- teaching: the references and the readable forms the chapters show (attention, feature_maps,
-  linear, streaming, decay, delta, recall, the model and training code);
-- speed: ``fast/`` (the CPU fast paths, the compiled kernel and its loader, the one decision of which
-  implementation runs) and ``native``, the kernel's public name;
-- tooling: the book's ``viz``, ``widgets``, ``exercises`` (and ``course``, built from them), ``timing``
-  and ``bench``;
-- base: ``_backend``, the numpy/torch dispatch and the input checks every tier stands on.
+- base: the private modules at the top (``_backend``: the numpy/torch dispatch and the input checks;
+  ``_provenance``: device choice and the record of where a number came from);
+- core: every other module at the top of the package, and ``feature_maps/``: the references and
+  readable forms the chapters teach;
+- speed: ``fast/``, the same maths arranged for a CPU, and the compiled kernel;
+- lm: ``lm/``, the small language model, its attention layers, training and tasks;
+- tools: ``tools/``, the book's figures, explorers, exercises, timing, course and benchmark;
+- entry: a top-level module that only starts a command (``python -m linattn_core.train``).
 
-The speed tier takes from the teaching tier only the feature-map classes it is handed (it knows some
-maps' formulas by exact type); tests/test_layout.py checks that and the other rules.
-
+Imports go one way, base <- core <- speed (through ``linattn_core.fast`` alone) and core <- lm <-
+tools <- entry; tests/test_layout.py checks that and that no modules import each other in a cycle.
 Every import counts, also one inside a function (the package imports torch and plotly lazily, and
 its own modules sometimes too). Only the standard library is used (``ast``), so the drawing needs
 nothing installed and imports none of the package.
@@ -29,10 +29,8 @@ from pathlib import Path
 
 PACKAGE = "linattn_core"
 ROOT = Path(__file__).resolve().parent.parent / PACKAGE
-SPEED = ("fast", "native")
-TOOLING = ("viz", "widgets", "exercises", "course", "timing", "bench")
-BASE = ("_backend",)
-TIERS = ("teaching", "speed", "tooling", "base")
+FOLDERS = {"fast": "speed", "lm": "lm", "tools": "tools"}  # a subpackage's folder is its tier
+TIERS = ("base", "core", "speed", "lm", "tools", "entry")
 
 
 def modules(root: Path = ROOT) -> dict[str, Path]:
@@ -49,18 +47,60 @@ def modules(root: Path = ROOT) -> dict[str, Path]:
     return found
 
 
-def tier(module: str) -> str:
-    """``"teaching"``, ``"speed"``, ``"tooling"``, ``"base"``; ``"package"`` for ``linattn_core`` itself."""
+def is_entry(path: Path) -> bool:
+    """A module that starts a command: it has an ``if __name__ == "__main__":`` block."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    return any(isinstance(n, ast.If) and "__main__" in ast.unparse(n.test) for n in tree.body)
+
+
+def tier(module: str, known: dict[str, Path] | None = None) -> str:
+    """The tier of a module, from its folder: ``"base"``, ``"core"``, ``"speed"``, ``"lm"``,
+    ``"tools"`` or ``"entry"``; ``"package"`` for ``linattn_core`` itself."""
     parts = module.split(".")
     if len(parts) == 1:
         return "package"
-    if parts[1] in BASE:
+    if parts[1] in FOLDERS:
+        return FOLDERS[parts[1]]
+    if parts[1].startswith("_"):
         return "base"
-    if parts[1] in SPEED:
-        return "speed"
-    if parts[1] in TOOLING or parts[1].startswith("bench_"):  # bench_train: the training bench
-        return "tooling"
-    return "teaching"
+    path = (known or modules()).get(module)
+    if len(parts) == 2 and path is not None and path.suffix == ".py" and path.name != "__init__.py" \
+            and is_entry(path):
+        return "entry"
+    return "core"
+
+
+def cycles(g: dict[str, set[str]]) -> list[list[str]]:
+    """The groups of modules that import each other, directly or through others (Tarjan's strongly
+    connected components of more than one module)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(m: str) -> None:
+        index[m] = low[m] = len(index)
+        stack.append(m)
+        for d in g.get(m, ()):
+            if d not in index:
+                visit(d)
+                low[m] = min(low[m], low[d])
+            elif d in stack:
+                low[m] = min(low[m], index[d])
+        if low[m] == index[m]:
+            group = []
+            while True:
+                x = stack.pop()
+                group.append(x)
+                if x == m:
+                    break
+            if len(group) > 1:
+                found.append(sorted(group))
+
+    for m in sorted(g):
+        if m not in index:
+            visit(m)
+    return found
 
 
 def imports(module: str, path: Path, known: dict[str, Path]) -> set[str]:
@@ -91,16 +131,22 @@ def graph(root: Path = ROOT) -> dict[str, set[str]]:
     return {m: imports(m, p, known) for m, p in known.items()}
 
 
+def tiers(root: Path = ROOT) -> dict[str, str]:
+    """module -> its tier."""
+    known = modules(root)
+    return {m: tier(m, known) for m in known}
+
+
 def text_tree(g: dict[str, set[str]]) -> str:
-    lines = []
+    tier_of, lines = tiers(), []
     for t in ("package", *TIERS):  # each module, then what it imports
-        members = sorted(m for m in g if tier(m) == t)
+        members = sorted(m for m in g if tier_of[m] == t)
         lines.append(f"{t}")
         for m in members:
             deps = sorted(g[m])
             lines.append(f"  {m.removeprefix(PACKAGE + '.')}")
             for d in deps:
-                lines.append(f"      -> {d.removeprefix(PACKAGE + '.')}  [{tier(d)}]")
+                lines.append(f"      -> {d.removeprefix(PACKAGE + '.')}  [{tier_of[d]}]")
     return "\n".join(lines)
 
 
@@ -108,24 +154,24 @@ def mermaid(g: dict[str, set[str]]) -> str:
     def node(m: str) -> str:
         return m.replace(".", "_").replace("+", "_")
 
-    lines = ["flowchart LR"]
+    tier_of, lines = tiers(), ["flowchart LR"]
     for t in TIERS:
         lines.append(f"  subgraph {t}")
-        lines += [f"    {node(m)}[{m.removeprefix(PACKAGE + '.')}]" for m in sorted(g) if tier(m) == t]
+        lines += [f"    {node(m)}[{m.removeprefix(PACKAGE + '.')}]" for m in sorted(g) if tier_of[m] == t]
         lines.append("  end")
     for m in sorted(g):
-        if tier(m) == "package":
+        if tier_of[m] == "package":
             continue
-        lines += [f"  {node(m)} --> {node(d)}" for d in sorted(g[m]) if tier(d) != "package"]
+        lines += [f"  {node(m)} --> {node(d)}" for d in sorted(g[m]) if tier_of[d] != "package"]
     return "\n".join(lines)
 
 
 def tier_edges(g: dict[str, set[str]]) -> dict[tuple[str, str], int]:
     """How many imports go from each tier to each other tier (the drawing's summary)."""
-    counts: dict[tuple[str, str], int] = {}
+    tier_of, counts = tiers(), {}
     for m, deps in g.items():
         for d in deps:
-            key = (tier(m), tier(d))
+            key = (tier_of[m], tier_of[d])
             if key[0] != key[1] and "package" not in key:
                 counts[key] = counts.get(key, 0) + 1
     return counts
@@ -141,6 +187,8 @@ def main() -> int:
         print("\nimports between tiers:")
         for (a, b), n in sorted(tier_edges(g).items()):
             print(f"  {a:8s} -> {b:8s} {n:3d}")
+        for group in cycles(g):
+            print("cycle:", " <-> ".join(m.removeprefix(PACKAGE + ".") for m in group))
     return 0
 
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Install what the browser tests (tests/browser/) need, idempotently:
+# Install what the browser tests (tests/book/browser/) need, idempotently:
 #   1. Debian's chromium at /usr/bin/chromium (Playwright drives it; never `playwright install`).
 #   2. axe-core from the npm registry into .cache/axe/ (gitignored), injected into pages by the tests
 #      so the accessibility check never touches a CDN.
@@ -7,7 +7,7 @@
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-AXE_VERSION="4.10.3"   # keep in step with tests/browser/package.json
+AXE_VERSION="4.10.3"   # keep in step with tests/book/browser/package.json
 AXE_DIR="${ROOT}/.cache/axe"
 
 if [ ! -x /usr/bin/chromium ]; then
@@ -29,9 +29,9 @@ if [ ! -f "${AXE_JS}" ] || ! grep -q "\"version\": \"${AXE_VERSION}\"" \
     fi
     echo "install_browser: installing axe-core@${AXE_VERSION} into ${AXE_DIR}" >&2
     mkdir -p "${AXE_DIR}"
-    cp "${ROOT}/tests/browser/package.json" "${AXE_DIR}/package.json"
-    if [ -f "${ROOT}/tests/browser/package-lock.json" ]; then
-        cp "${ROOT}/tests/browser/package-lock.json" "${AXE_DIR}/package-lock.json"
+    cp "${ROOT}/tests/book/browser/package.json" "${AXE_DIR}/package.json"
+    if [ -f "${ROOT}/tests/book/browser/package-lock.json" ]; then
+        cp "${ROOT}/tests/book/browser/package-lock.json" "${AXE_DIR}/package-lock.json"
         (cd "${AXE_DIR}" && npm ci --no-audit --no-fund --ignore-scripts)
     else
         (cd "${AXE_DIR}" && npm install --no-audit --no-fund --ignore-scripts)

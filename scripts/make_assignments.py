@@ -28,7 +28,7 @@ import nbformat
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from linattn_core import exercises  # noqa: E402  (the repository's package, not an installed copy)
+from linattn_core.tools import exercises  # noqa: E402  (the repository's package, not an installed copy)
 
 DEFAULT_OUT = ROOT / "_build" / "assignments"
 
@@ -78,7 +78,7 @@ def notebook(chapter: str, items: list[exercises.Exercise]) -> nbformat.Notebook
             "the book's `check()` and counts one point when it passes. `hint(n)` works here "
             f"too, e.g. `{items[0].path}.hint(1)`.")
     cells = [nbformat.v4.new_markdown_cell(head, metadata=_meta("read", f"{chapter}_intro")),
-             nbformat.v4.new_code_cell("import numpy as np\n\nfrom linattn_core import exercises",
+             nbformat.v4.new_code_cell("import numpy as np\n\nfrom linattn_core.tools import exercises",
                                        metadata=_meta("read", f"{chapter}_setup"))]
     for ex in items:
         stars = "★" * ex.difficulty

@@ -33,7 +33,8 @@ def main() -> int:
 
     import torch
 
-    from linattn_core import linear_attention, timing
+    from linattn_core import linear_attention
+    from linattn_core.tools import timing
 
     gen = torch.Generator().manual_seed(0)
     n_mm = args.matmul_size

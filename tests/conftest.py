@@ -1,4 +1,4 @@
-"""Shared fixtures for the core test suite: backends, devices, seeded inputs, feature maps, hypothesis.
+"""Shared fixtures for every tier of the suite: backends, devices, seeded inputs, feature maps, hypothesis.
 
 Conventions (from CONTRIBUTING.md): seeded randomness only, float64 to check exactness, signed inputs
 (``standard_normal``) so sign bugs in feature maps cannot hide, CUDA only when it is available.
@@ -7,6 +7,7 @@ Conventions (from CONTRIBUTING.md): seeded randomness only, float64 to check exa
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
@@ -58,6 +59,18 @@ BATCHES = [(), (2,), (2, 3)]
 def batch_id(batch) -> str:
     """Test-id fragment for a batch shape: ``B0``, ``B2``, ``B2x3``."""
     return "B" + ("x".join(map(str, batch)) or "0")
+
+
+TIERS = ("core", "fast", "lm", "tools", "book")
+
+
+def pytest_collection_modifyitems(config, items):
+    """Mark every test with its tier, the folder it lives in (``pytest -m core``)."""
+    root = Path(__file__).resolve().parent
+    for item in items:
+        parts = Path(str(item.fspath)).resolve().relative_to(root).parts
+        if parts[0] in TIERS:
+            item.add_marker(getattr(pytest.mark, parts[0]))
 
 
 def pytest_generate_tests(metafunc):

@@ -21,20 +21,20 @@ page faulted in afresh); a result too large for the heap is hinted onto huge pag
 The backward pass has one fast form too: :func:`causal_backward`, the compiled kernel's gradients,
 which ``linear_grad`` asks for first (None where it does not apply: then its torch form runs).
 This package imports from the rest only ``_backend`` and the feature-map classes; outside it,
-``linear`` calls :func:`linear_attention`, ``linear_grad`` :func:`causal_backward`, and the public
-``native`` module re-exports :mod:`.kernel`.
+``linear`` calls :func:`linear_attention`, ``linear_grad`` :func:`causal_backward`, and the chapters,
+the benchmark and the tests reach the compiled kernel by its one name, :mod:`linattn_core.fast.kernel`
+(is it here, which instruction sets, switch it off, its C source).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from .. import _backend as B
+from .. import _backend as ops
 from ..feature_maps import FeatureMap, Identity
 from . import kernel, pages, torch_cpu
-from .features import feature_slope
 
-__all__ = ["causal_backward", "feature_slope", "linear_attention", "which"]
+__all__ = ["causal_backward", "kernel", "linear_attention", "which"]
 
 _FAST_MIN_N = 512  # the torch ops pay off from here; the compiled kernel at any length
 
@@ -45,11 +45,11 @@ def which(q: Any, k: Any, v: Any, phi: FeatureMap, *, causal: bool, method: str)
     q: (..., N_q, d), k: (..., N_k, d), v: (..., N_k, d_v), already checked; ``method`` is resolved
     (not ``"auto"``) and only read when ``causal``.
     """
-    if not B.is_torch(q) or q.device.type != "cpu":
+    if not ops.is_torch(q) or q.device.type != "cpu":
         return None
     if causal and method != "chunked":
         return None
-    torch = B.torch_module()
+    torch = ops.torch_module()
     if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
         return None
     if causal:
@@ -70,7 +70,7 @@ def linear_attention(q: Any, k: Any, v: Any, phi: FeatureMap, *, causal: bool, e
     form = which(q, k, v, phi, causal=causal, method=method)
     if form is None:
         return None
-    torch = B.torch_module()
+    torch = ops.torch_module()
     lead, n_q, d_v = tuple(q.shape[:-2]), int(q.shape[-2]), int(v.shape[-1])
     with torch.no_grad():
         if causal and not phi.elementwise:

@@ -12,8 +12,8 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-from .. import _backend as B
-from ..feature_maps import EluPlusOne, FeatureMap, Identity, ReLU, ReLUPlusOne, Softplus
+from .. import _backend as ops
+from ..feature_maps import EluPlusOne, FeatureMap, Identity, ReLU
 
 _LOG2E = 1.0 / math.log(2.0)
 
@@ -34,7 +34,7 @@ def _identity(x: Any, out: Any, tmp: Any) -> Any:
 
 
 def _relu(x: Any, out: Any, tmp: Any) -> Any:
-    return B.torch_module().clamp(x, min=0, out=out)
+    return ops.torch_module().clamp(x, min=0, out=out)
 
 
 def _elu_plus_one(x: Any, out: Any, tmp: Any) -> Any:
@@ -42,7 +42,7 @@ def _elu_plus_one(x: Any, out: Any, tmp: Any) -> Any:
     # exp2(log2(e) * min(x, 0)): on CPUs exp2 runs about 1.7x faster than exp (and 3x faster than
     # the expm1 inside elu), and this map is a visible part of the cost of linear attention.
     # Half precision keeps exp: there the rounding of log2(e) * x would cost visible accuracy.
-    torch = B.torch_module()
+    torch = ops.torch_module()
     if x.dtype in (torch.float32, torch.float64):
         torch.clamp(x, max=0, out=out).mul_(_LOG2E).exp2_()
     else:
@@ -52,37 +52,3 @@ def _elu_plus_one(x: Any, out: Any, tmp: Any) -> Any:
 
 _INTO: dict[type, Callable[[Any, Any, Any], Any]] = {
     Identity: _identity, ReLU: _relu, EluPlusOne: _elu_plus_one}
-
-
-def _elu_plus_one_slope(x: Any, slope: bool) -> tuple[Any, Any]:
-    # phi = exp(min(x, 0)) + max(x, 0): x + 1 for x > 0, exp(x) otherwise (the values of EluPlusOne);
-    # dphi/dx = exp(min(x, 0)): 1 for x > 0, exp(x) = phi otherwise
-    torch = B.torch_module()
-    e = torch.clamp(x, max=0).exp_()
-    return torch.clamp(x, min=0).add_(e), e
-
-
-def _relu_slope(x: Any, slope: bool) -> tuple[Any, Any]:
-    torch = B.torch_module()  # phi = max(x, 0), dphi/dx = [x > 0]
-    return torch.clamp(x, min=0), ((x > 0).to(x.dtype) if slope else None)
-
-
-def _relu_plus_one_slope(x: Any, slope: bool) -> tuple[Any, Any]:
-    F, dF = _relu_slope(x, slope)  # phi = max(x, 0) + 1, the same slope
-    return F.add_(1), dF
-
-
-def _softplus_slope(x: Any, slope: bool) -> tuple[Any, Any]:
-    torch = B.torch_module()  # phi = log(1 + exp(x)), dphi/dx = sigmoid(x)
-    return torch.logaddexp(x, x.new_zeros(())), (torch.sigmoid(x) if slope else None)
-
-
-# keyed by exact type: a subclass may change the formula (it gets autograd)
-_SLOPES = {EluPlusOne: _elu_plus_one_slope, ReLU: _relu_slope, ReLUPlusOne: _relu_plus_one_slope,
-           Softplus: _softplus_slope}
-
-
-def feature_slope(phi: Any) -> Any:
-    """``f(x, slope) -> (phi(x), dphi/dx or None)`` in one pass, for the elementwise maps whose
-    derivative is known (elu+1, relu, relu+1, softplus); None for any other map (use autograd)."""
-    return _SLOPES.get(type(phi))

@@ -6,7 +6,7 @@ beforehand, as for Performer and cosFormer), runs the fused kernel of ``_chunked
 form of :func:`linattn_core.linear.causal_chunked`, done one chunk at a time in the core's cache, in
 one pass over q, k and v. Everything else, and every machine where the kernel was not built, uses
 the torch forms (:mod:`.torch_cpu`, or the references in ``linear.py``); all are tested against the
-same float64 references. :mod:`linattn_core.native` is this module's public face.
+same float64 references. :mod:`linattn_core.fast.kernel` is this module's public face.
 
 Its backward pass (``_chunked_back.h``, :func:`chunked_backward`) gives the gradients of the same
 inputs: :mod:`linattn_core.linear_grad` calls it (through ``fast.causal_backward``) when such an input
@@ -31,7 +31,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from .. import _backend as B
+from .. import _backend as ops
 from ..feature_maps import EluPlusOne, FeatureMap, Identity, ReLU
 from . import pages
 
@@ -106,43 +106,43 @@ def supports(x: Any, phi: FeatureMap) -> bool:
     """Would :func:`chunked` take a CPU torch tensor like ``x`` with the feature map ``phi``?"""
     if not available() or _phi_code(phi) is None:
         return False
-    torch = B.torch_module()
-    return B.is_torch(x) and x.device.type == "cpu" and x.dtype == torch.float32
+    torch = ops.torch_module()
+    return ops.is_torch(x) and x.device.type == "cpu" and x.dtype == torch.float32
 
 
 def _checked(tensors: dict[str, Any], phi: FeatureMap, C: int, eps: float, threads: int | None,
              isa: str | None) -> tuple:
     """Checks what both entry points take (the compiled code trusts it): -> code, (nb, n, d, d_v),
     C, eps, threads, isa. ``tensors`` holds Q, K, V first, then tensors of Q's or V's shape."""
-    torch = B.torch_module()
+    torch = ops.torch_module()
     if _chunked is None:
         raise RuntimeError("linattn_core.fast._chunked was not built: reinstall with a C compiler (gcc)")
     code = _phi_code(phi)
     if code is None:
         raise ValueError(f"the compiled kernel has no feature map {phi!r}: use identity, relu or elu+1")
     for name, t in tensors.items():
-        if not B.is_torch(t) or t.device.type != "cpu" or t.dtype != torch.float32:
-            raise TypeError(f"{name} must be a CPU float32 torch tensor, got {B._describe(t)}"
-                            f"{' on ' + str(t.device) if B.is_torch(t) else ''}")
+        if not ops.is_torch(t) or t.device.type != "cpu" or t.dtype != torch.float32:
+            raise TypeError(f"{name} must be a CPU float32 torch tensor, got {ops._describe(t)}"
+                            f"{' on ' + str(t.device) if ops.is_torch(t) else ''}")
         if not t.is_contiguous():
-            raise ValueError(f"{name} must be contiguous (shape {B.shape_str(t)}, strides {t.stride()})")
+            raise ValueError(f"{name} must be contiguous (shape {ops.shape_str(t)}, strides {t.stride()})")
     Q, K, V = tensors["Q"], tensors["K"], tensors["V"]
     if Q.ndim != 3 or K.ndim != 3 or V.ndim != 3:
-        raise ValueError(f"Q, K, V must be (B, N, d), (B, N, d), (B, N, d_v); got {B.shape_str(Q)}, "
-                         f"{B.shape_str(K)}, {B.shape_str(V)}")
+        raise ValueError(f"Q, K, V must be (B, N, d), (B, N, d), (B, N, d_v); got {ops.shape_str(Q)}, "
+                         f"{ops.shape_str(K)}, {ops.shape_str(V)}")
     nb, n, d = (int(s) for s in Q.shape)
     d_v = int(V.shape[-1])
     like = {"K": (nb, n, d), "V": (nb, n, d_v), "out": (nb, n, d_v), "den": (nb, n), "dout": (nb, n, d_v),
             "dQ": (nb, n, d), "dK": (nb, n, d), "dV": (nb, n, d_v)}
     for name, t in tensors.items():
         if name != "Q" and tuple(t.shape) != like[name]:
-            raise ValueError(f"{name} must have shape {like[name]} for Q of shape {B.shape_str(Q)} and V of "
-                             f"shape {B.shape_str(V)}, got {B.shape_str(t)}")
+            raise ValueError(f"{name} must have shape {like[name]} for Q of shape {ops.shape_str(Q)} and V"
+                             f" of shape {ops.shape_str(V)}, got {ops.shape_str(t)}")
     if min(nb, n, d, d_v) < 1:
-        raise ValueError(f"empty input: Q {B.shape_str(Q)}, V {B.shape_str(V)}")
-    C = B.check_positive_int(C, "chunk_size")
-    eps = B.check_eps(eps)
-    threads = B.check_positive_int(torch.get_num_threads() if threads is None else threads, "threads")
+        raise ValueError(f"empty input: Q {ops.shape_str(Q)}, V {ops.shape_str(V)}")
+    C = ops.check_positive_int(C, "chunk_size")
+    eps = ops.check_eps(eps)
+    threads = ops.check_positive_int(torch.get_num_threads() if threads is None else threads, "threads")
     if isa is None:  # LINATTN_NATIVE's choice; without one the compiled code takes the best
         isa = _env_isa()
     if isa is not None and isa not in _ISAS:

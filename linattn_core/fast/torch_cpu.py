@@ -15,7 +15,7 @@ import math
 from types import SimpleNamespace
 from typing import Any
 
-from .. import _backend as B
+from .. import _backend as ops
 from . import pages
 from .features import into
 
@@ -44,7 +44,7 @@ def _buffers(like: Any, **shapes: tuple[int, ...]) -> dict[str, Any]:
 
 def noncausal(Q: Any, K: Any, V: Any, phi: Any, eps: float) -> tuple[Any, Any]:
     """Q: (B, N_q, d), K: (B, N_k, d), V: (B, N_k, d_v) -> out (B, N_q, d_v), den (B, N_q)."""
-    torch = B.torch_module()
+    torch = ops.torch_module()
     nb, n_q, n_k, d = (int(s) for s in (*Q.shape[:2], K.shape[1], Q.shape[2]))
     d_v, f = int(V.shape[-1]), phi.output_dim(d)
     out, den = _results(nb, n_q, d_v, V)
@@ -148,7 +148,7 @@ def _chunked_block(Q: Any, K: Any, V: Any, phi: Any, eps: float, v: SimpleNamesp
 
     Writes out: (B, G*c, d_v) and den: (B, G*c); moves the carried state S[0], z[0] past the block.
     """
-    torch = B.torch_module()
+    torch = ops.torch_module()
     nb, G, c = int(Q.shape[0]), v.G, v.c
     into(phi, Q.view(nb, G, c, -1), v.fq_seq, v.tmp_seq)
     into(phi, K.view(nb, G, c, -1), v.fk_seq, v.tmp_seq)

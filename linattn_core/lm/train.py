@@ -1,0 +1,253 @@
+"""Train the character-level language model with one attention kind: ``python -m linattn_core.train``.
+
+::
+
+    python -m linattn_core.train --attention elu+1 --preset book            # about 15 s on a CPU
+    python -m linattn_core.train --attention delta --preset full --device cuda --out results/x.json
+    python -m linattn_core.train --attention softmax --preset full --checkpoint ckpt.pt --resume
+    python -m linattn_core.train --attention relu --preset full --threads 1 --out results/full-relu.json
+
+AdamW with a linear warm-up and cosine decay to a tenth of the peak rate, gradient clipping, the
+validation loss on fixed batches at fixed steps. Deterministic on a given machine: the batch of
+step ``i`` is drawn from a generator seeded with ``(seed, i)``, so a run resumed from a checkpoint
+sees exactly the batches the uninterrupted run would have seen, and the checkpoint holds the
+weights, the optimiser's moments and the curves so far. The results (configuration, git commit,
+hardware, curves, wall time) are one JSON object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from .._provenance import environment, git_commit, pick_device
+from .data import Corpus, load_corpus
+from .model import KINDS, LanguageModel, ModelConfig
+
+__all__ = ["PRESETS", "TrainConfig", "get_batch", "lr_at", "make_optimizer", "optimizer_step",
+           "replay_losses", "save_results", "train"]
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Everything a run depends on besides the data and the machine."""
+
+    attention: str = "softmax"
+    n_layer: int = 2
+    n_head: int = 4
+    n_embd: int = 64
+    block_size: int = 64
+    batch_size: int = 16
+    max_steps: int = 300
+    lr: float = 1e-2
+    min_lr_ratio: float = 0.1  # the cosine decays to min_lr_ratio * lr
+    warmup_steps: int = 30
+    weight_decay: float = 0.1
+    grad_clip: float = 1.0
+    eval_interval: int = 50  # validation loss at steps 0, eval_interval, ..., max_steps
+    eval_batches: int = 8
+    chunk_size: int = 64
+    seed: int = 0
+
+    def model_config(self, vocab_size: int) -> ModelConfig:
+        return ModelConfig(vocab_size=vocab_size, attention=self.attention, block_size=self.block_size,
+                           n_layer=self.n_layer, n_head=self.n_head, n_embd=self.n_embd,
+                           chunk_size=self.chunk_size, seed=self.seed)
+
+
+PRESETS: dict[str, TrainConfig] = {
+    # inside the book build: every kind in a few seconds each on a 2-core CPU
+    "book": TrainConfig(),
+    # the stored comparison: the size of nanoGPT's laptop example (4 layers, 4 heads, width 128, batch
+    # 12, 2000 steps) with a context of 128; 5 to 9 minutes per kind on one core of a 2-core CPU
+    "full": TrainConfig(n_layer=4, n_head=4, n_embd=128, block_size=128, batch_size=12, max_steps=2000,
+                        lr=3e-3, warmup_steps=100, eval_interval=250, eval_batches=20),
+}
+
+
+def lr_at(step: int, cfg: TrainConfig) -> float:
+    """Linear warm-up to ``lr``, then a cosine to ``min_lr_ratio * lr`` at ``max_steps``."""
+    if step < cfg.warmup_steps:
+        return cfg.lr * (step + 1) / cfg.warmup_steps
+    progress = (step - cfg.warmup_steps) / max(1, cfg.max_steps - cfg.warmup_steps)
+    floor = cfg.min_lr_ratio * cfg.lr
+    return floor + 0.5 * (cfg.lr - floor) * (1 + math.cos(math.pi * min(progress, 1.0)))
+
+
+def get_batch(tokens: np.ndarray, batch_size: int, block_size: int, rng: np.random.Generator,
+              device: str = "cpu") -> tuple[torch.Tensor, torch.Tensor]:
+    """Random windows of the token stream: inputs ``x`` and next-token targets ``y``, both (B, T)."""
+    if len(tokens) <= block_size:
+        raise ValueError(f"{len(tokens)} tokens cannot fill a window of block_size + 1 = {block_size + 1}")
+    starts = rng.integers(0, len(tokens) - block_size, size=batch_size)
+    windows = np.stack([tokens[s : s + block_size + 1] for s in starts]).astype(np.int64)
+    xy = torch.from_numpy(windows).to(device)
+    return xy[:, :-1], xy[:, 1:]
+
+
+def make_optimizer(model: LanguageModel, cfg: TrainConfig) -> torch.optim.AdamW:
+    # decay the matrices (weights, embeddings), not the biases and norm gains (as nanoGPT does)
+    params = [p for p in model.parameters() if p.requires_grad]
+    groups = [{"params": [p for p in params if p.dim() >= 2], "weight_decay": cfg.weight_decay},
+              {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]
+    return torch.optim.AdamW(groups, lr=cfg.lr, betas=(0.9, 0.99))
+
+
+@torch.no_grad()
+def optimizer_step(opt: torch.optim.Optimizer, model: LanguageModel, loss: Any, lr: float,
+                   grad_clip: float) -> None:
+    """One step on ``loss`` at learning rate ``lr``, the gradients clipped to norm ``grad_clip``."""
+    for group in opt.param_groups:
+        group["lr"] = lr
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
+    opt.step()
+
+
+def evaluate(model: LanguageModel, tokens: np.ndarray, cfg: TrainConfig, device: str) -> float:
+    """Mean validation loss (nats per character) on the same ``eval_batches`` batches every time."""
+    model.eval()
+    rng = np.random.default_rng([cfg.seed, 2**31])  # fixed validation windows
+    losses = [model.loss(*get_batch(tokens, cfg.batch_size, cfg.block_size, rng, device)).item()
+              for _ in range(cfg.eval_batches)]
+    model.train()
+    return float(np.mean(losses))
+
+
+def _fresh(cfg: TrainConfig, vocab_size: int, device: str) -> tuple[LanguageModel, Any, dict]:
+    torch.manual_seed(cfg.seed)
+    model = LanguageModel(cfg.model_config(vocab_size)).to(device)
+    curves = {"step": [], "train_loss": [], "lr": [], "val_step": [], "val_loss": []}
+    return model, make_optimizer(model, cfg), curves
+
+
+def train(cfg: TrainConfig, corpus: Corpus, *, device: str = "auto", checkpoint: str | Path | None = None,
+          resume: bool = False, stop_after: int | None = None, progress: bool = True) -> dict:
+    """Train one model; return the results (also saved in ``checkpoint`` along with the weights).
+
+    ``stop_after`` ends the run after that many steps (as an interruption would); ``resume=True``
+    continues from ``checkpoint``. The results hold ``model`` (the trained :class:`LanguageModel`),
+    which :func:`save_results` leaves out of the JSON.
+    """
+    from tqdm.auto import tqdm
+
+    if cfg.attention not in KINDS:
+        raise ValueError(f"attention must be one of {KINDS}, got {cfg.attention!r}")
+    device = pick_device(device).type
+    commit = git_commit()  # the code that runs is the code at the start (HEAD may move meanwhile)
+    model, opt, curves = _fresh(cfg, corpus.vocab_size, device)
+    start, wall = 0, 0.0
+    if resume:
+        if checkpoint is None or not Path(checkpoint).is_file():
+            raise FileNotFoundError(f"--resume needs an existing checkpoint, got {checkpoint!r}")
+        state = torch.load(checkpoint, map_location=device, weights_only=False)
+        if state["config"] != asdict(cfg):
+            raise ValueError("the checkpoint was written with another configuration: "
+                             f"{state['config']} != {asdict(cfg)}")
+        model.load_state_dict(state["model"])
+        opt.load_state_dict(state["optimizer"])
+        start, wall, curves = state["step"], state["wall_s"], state["curves"]
+    end = cfg.max_steps if stop_after is None else min(cfg.max_steps, start + stop_after)
+    t0 = time.perf_counter()
+    bar = tqdm(range(start, end), desc=cfg.attention, disable=not progress, leave=False)
+    for step in bar:
+        if step % cfg.eval_interval == 0:
+            curves["val_step"].append(step)
+            curves["val_loss"].append(evaluate(model, corpus.val, cfg, device))
+        lr = lr_at(step, cfg)
+        rng = np.random.default_rng([cfg.seed, step])  # the batch depends only on (seed, step)
+        x, y = get_batch(corpus.train, cfg.batch_size, cfg.block_size, rng, device)
+        loss = model.loss(x, y)
+        optimizer_step(opt, model, loss, lr, cfg.grad_clip)
+        curves["step"].append(step)
+        curves["train_loss"].append(loss.item())
+        curves["lr"].append(lr)
+        bar.set_postfix(loss=f"{curves['train_loss'][-1]:.3f}")
+    if end == cfg.max_steps and (not curves["val_step"] or curves["val_step"][-1] != end):
+        curves["val_step"].append(end)
+        curves["val_loss"].append(evaluate(model, corpus.val, cfg, device))
+    wall += time.perf_counter() - t0
+    results = {"config": asdict(cfg), "model_config": model.cfg.to_dict(),
+               "parameters": model.num_parameters(), "steps_done": end, "git_commit": commit,
+               "hardware": environment(device), "wall_s": wall,
+               "tokens_per_s": (end - start) * cfg.batch_size * cfg.block_size / max(wall, 1e-9),
+               "final_val_loss": curves["val_loss"][-1] if curves["val_loss"] else None,
+               "unigram_entropy": corpus.unigram_entropy(), "curves": curves}
+    if checkpoint is not None:
+        torch.save({"config": asdict(cfg), "model": model.state_dict(), "optimizer": opt.state_dict(),
+                    "step": end, "wall_s": wall, "curves": curves}, checkpoint)
+    return {**results, "model": model}
+
+
+# The per-step curves a results JSON keeps in full (the reproduction test replays them); after that,
+# one step in LOSS_STRIDE keeps the file small.
+FIRST_LOSSES = 10
+LOSS_STRIDE = 10
+
+
+def save_results(results: dict, path: str | Path) -> None:
+    """Write the results as JSON: no model object, the per-step curves thinned after their first steps."""
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    plain = {k: v for k, v in results.items() if k != "model"}
+    curves = dict(plain["curves"])
+    keep = [i for i in range(len(curves["step"])) if i < FIRST_LOSSES or i % LOSS_STRIDE == 0]
+    for name in ("step", "train_loss", "lr"):
+        curves[name] = [curves[name][i] for i in keep]
+    plain["curves"] = curves
+    Path(path).write_text(json.dumps(plain, indent=1) + "\n")
+
+
+def replay_losses(results: dict, corpus: Corpus, steps: int) -> list[float]:
+    """The first ``steps`` training losses of a stored run, recomputed from its configuration (on CPU,
+    from the start: the schedule depends only on the configuration)."""
+    cfg = TrainConfig(**results["config"])
+    return train(cfg, corpus, device="cpu", stop_after=steps, progress=False)["curves"]["train_loss"]
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(description="Train the char-level model of the training chapter.")
+    parser.add_argument("--attention", choices=KINDS, default="softmax")
+    parser.add_argument("--preset", choices=sorted(PRESETS), default="book")
+    parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
+    parser.add_argument("--steps", type=int, default=None, help="override the preset's max_steps")
+    parser.add_argument("--seed", type=int, default=None, help="override the preset's seed")
+    parser.add_argument("--checkpoint", default=None, help="where to save (and --resume from) the run")
+    parser.add_argument("--resume", action="store_true", help="continue the run saved in --checkpoint")
+    parser.add_argument("--stop-after", type=int, default=None, help="stop after this many steps")
+    parser.add_argument("--out", default=None, help="results JSON (default: results/<preset>-<kind>.json)")
+    parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    args = parser.parse_args(argv)
+    if args.threads is not None:
+        if args.threads < 1:
+            parser.error(f"--threads must be a positive int, got {args.threads}")
+        torch.set_num_threads(args.threads)
+    cfg = replace(PRESETS[args.preset], attention=args.attention)
+    if args.steps is not None:
+        cfg = replace(cfg, max_steps=args.steps)
+    if args.seed is not None:
+        cfg = replace(cfg, seed=args.seed)
+    results = train(cfg, load_corpus(), device=args.device, checkpoint=args.checkpoint, resume=args.resume,
+                    stop_after=args.stop_after, progress=not args.no_progress)
+    results["preset"] = args.preset
+    results["command"] = "python -m linattn_core.train " + " ".join(sys.argv[1:] if argv is None else argv)
+    out = args.out or f"results/{args.preset}-{args.attention}.json"
+    save_results(results, out)
+    print(f"{args.attention}: validation loss {results['final_val_loss']:.4f} nats/char after"
+          f" {results['steps_done']} steps, {results['wall_s']:.1f} s on {results['hardware']['device']}"
+          f" -> {out}")
+    return results
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,38 @@
+"""The benchmark: softmax and linear attention side by side, on this machine, in one run.
+
+Run it with ``python -m linattn_core.bench`` (or ``make bench``). Options:
+
+``--quick``        tiny sizes, a smoke test of the whole pipeline in seconds
+``--max-n N``      stop at sequence length N
+``--device DEV``   ``cpu``, ``cuda``, ``mps`` (default: :func:`linattn_core.tools.timing.pick_device`)
+``--json PATH``    also write the results as JSON
+``--max-call-s S`` per-call time budget (longer lengths of a method that exceeds it are skipped)
+``--budget-s S``   time budget of the whole sweep
+``--threads T``    torch CPU threads during the sweep (one gives steadier numbers on a busy machine)
+
+What is measured (float32, ``batch_heads = 8``, ``d = d_v = 64``, ``N = 256 .. 65536``): the naive softmax
+form, ``torch.nn.functional.scaled_dot_product_attention`` (SDPA), non-causal linear attention, and the
+causal forms (naive softmax and SDPA with the causal mask, linear ``recurrent``, ``cumsum``, ``chunked``,
+``auto``), plus this machine's float32 matmul rate (best of 2048³ and 4096³ products, measured before and
+after the sweep; the higher is used) as the yardstick for GFLOP/s. All of it goes through
+:mod:`linattn_core.tools.timing`: the same timer, memory measurement and guards as
+the book. The targets at the end are *reported*, not tested: the command always exits 0.
+
+The parts, one module each: :mod:`.suite` (the forward sweep and the whole run), :mod:`.train`
+(forward + backward), :mod:`.decode` (one generated token, KV cache against state), :mod:`.targets`
+(what is reported and how).
+
+FLOPs come from the one cost model, :func:`linattn_core.tools.timing.flops`. The chunked rows count the
+masked intra-chunk products in full, ``4 N d d_v + 2 N C (d + d_v)`` per batch-head, so that every
+implementation of the chunked form is measured against the same work. On a CPU with the compiled kernel
+(see :mod:`linattn_core.fast.kernel`) that count credits work the kernel does not do: it skips the score
+blocks above the diagonal and so performs about 79% of it (77% with AVX2) at ``C = d = d_v = 64``
+(``timing.flops(..., skip_masked=True)`` counts half of the masked products). It also runs AVX-512
+where MKL's float32 matmul, the yardstick, may not (on AMD CPUs it uses AVX2). Both are why its
+"fraction of the matmul rate" can pass 100%.
+"""
+
+from .suite import Config, evaluate_targets, main, run
+from .targets import Target
+
+__all__ = ["Config", "Target", "evaluate_targets", "main", "run"]

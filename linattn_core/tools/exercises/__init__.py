@@ -1,0 +1,81 @@
+"""Auto-checked exercises for the linattn book, one module per chapter.
+
+Each chapter's exercises are attributes of its module; in a notebook::
+
+    from linattn_core.tools import exercises
+
+    def causal_cumsum(q, k, v, phi):
+        ...  # your code here
+
+    exercises.causal.prefix_sums.check(causal_cumsum)  # prints feedback; truthy if right
+    exercises.causal.prefix_sums.hint(1)               # hint 1, 2, ... (more and more explicit)
+    exercises.causal.prefix_sums.solution()            # prints a reference solution
+    exercises.get("causal_cumsum")                     # the same exercise, by its name
+    exercises.catalogue()                              # all exercises, by chapter
+
+The exercises, by chapter (the attribute, then its name for ``get``)::
+
+    softmax       exercises.softmax.attention                softmax_attention
+                  exercises.softmax.score_matrix_bytes       score_matrix_bytes
+    associative   exercises.associative.quadratic_form       kernel_attention
+                  exercises.associative.associative_form     associative_attention
+                  exercises.associative.crossover            crossover_length
+    feature_maps  exercises.feature_maps.elu_plus_one        elu_plus_one
+                  exercises.feature_maps.performer_features  performer_features
+    causal        exercises.causal.prefix_sums               causal_cumsum
+                  exercises.causal.streaming_step            streaming_step
+                  exercises.causal.chunked_form              chunked_causal
+    tradeoffs     exercises.tradeoffs.clamped_normalize      clamped_normalize
+                  exercises.tradeoffs.kv_cache_bytes         kv_cache_bytes
+                  exercises.tradeoffs.exact_capacity         exact_capacity
+    training      exercises.training.decay_step              decay_step
+                  exercises.training.model_state_bytes       model_state_bytes
+    beyond        exercises.beyond.delta_loop                delta_loop
+                  exercises.beyond.normed_numerator          normed_numerator
+
+``check(fn)`` runs ``fn`` on several seeded float64 inputs (one token, an odd length such as 7, a
+``d`` other than the examples', batch dimensions, and the edge cases each task states) and compares
+the result with ``linattn_core`` itself, computed before ``fn`` runs. It never raises: it says
+which input failed, the shape or the first mismatching position with its relative error, and, when
+the answer matches a typical mistake, what that mistake is (:mod:`.checker` says how).
+
+No exercise is named like a library function or a builtin, so ``from linattn_core.tools.exercises
+import *`` hides nothing; the chapter modules are not in ``__all__`` either.
+"""
+
+from __future__ import annotations
+
+from . import associative, beyond, causal, feature_maps, softmax, tradeoffs, training
+from .checker import CheckResult, Exercise
+
+__all__ = ["EXERCISES", "CheckResult", "Exercise", "catalogue", "get"]
+
+_CHAPTERS = (softmax, associative, feature_maps, causal, tradeoffs, training, beyond)  # book order
+
+EXERCISES: dict[str, Exercise] = {
+    ex.name: ex
+    for chapter in _CHAPTERS
+    for ex in (getattr(chapter, attr) for attr in chapter.__all__)
+}
+
+
+def get(name: str) -> Exercise:
+    """The exercise called ``name`` (see :data:`EXERCISES`), e.g. ``get("causal_cumsum")``."""
+    try:
+        return EXERCISES[name]
+    except (KeyError, TypeError):
+        raise KeyError(f"no exercise named {name!r}; the names are: "
+                       f"{', '.join(EXERCISES)}") from None
+
+
+def catalogue() -> None:
+    """Print every exercise, grouped by chapter, with its difficulty and time."""
+    for chapter in _CHAPTERS:
+        short = chapter.__name__.rsplit(".", 1)[1]
+        print(f"{short}.md")
+        for ex in EXERCISES.values():
+            if ex.chapter == short:
+                stars = ("*" * ex.difficulty).ljust(3)
+                print(f"  {ex.path:<42} {stars} ~{ex.minutes:>2} min  {ex.title}")
+    print("Each has .check(fn), .hint(n) and .solution().")
+

@@ -1,0 +1,399 @@
+"""Exercises of the causal chapter: ``prefix_sums``, ``streaming_step`` and ``chunked_form``."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from . import compare
+from .associative import memory_case_attention, ref_associative_attention
+from .checker import Exercise, Mistake
+from .inputs import (
+    BATCH,
+    EPS,
+    Case,
+    attention_cases,
+    elu_phi,
+    lib_phi,
+    performer_phi,
+    qkv,
+    relu_phi,
+    zero_denominator_qkv,
+)
+
+__all__ = ["chunked_form", "prefix_sums", "streaming_step"]
+
+
+def _solution_causal_cumsum(q, k, v, phi, eps=1e-6):
+    # q, k: (..., N, d), v: (..., N, d_v)  ->  (..., N, d_v); token t sees tokens 0..t
+    fq, fk = phi(q), phi(k)                                       # (..., N, d_phi)
+    S = np.cumsum(fk[..., :, None] * v[..., None, :], axis=-3)    # (..., N, d_phi, d_v): S_t
+    z = np.cumsum(fk, axis=-2)                                    # (..., N, d_phi): z_t
+    num = np.einsum("...nf,...nfv->...nv", fq, S)                 # phi(q_t)^T S_t
+    den = np.einsum("...nf,...nf->...n", fq, z)                   # phi(q_t) . z_t
+    return num / np.maximum(den, eps)[..., None]
+
+
+def _ref_causal_cumsum(q, k, v, phi):
+    from linattn_core import linear_attention
+
+    return linear_attention(q, k, v, feature_map=lib_phi(phi), causal=True, method="cumsum")
+
+
+def _variant(q, k, v, phi, *, shift=0, reverse=False, normalize=True, phi_q=True, phi_k=True,
+             axis=None, eps=EPS):
+    fq = phi(q) if phi_q else q
+    fk = phi(k) if phi_k else k
+    outer = fk[..., :, None] * v[..., None, :]
+    if axis is not None:  # cumsum along a wrong axis
+        S, z = np.cumsum(outer, axis=axis), np.cumsum(fk, axis=axis)
+    elif reverse:
+        S = np.flip(np.cumsum(np.flip(outer, -3), -3), -3)
+        z = np.flip(np.cumsum(np.flip(fk, -2), -2), -2)
+    else:
+        S, z = np.cumsum(outer, axis=-3), np.cumsum(fk, axis=-2)
+        if shift:  # exclusive prefix sums: token t sees 0..t-1
+            S, z = S - outer, z - fk
+    num = np.einsum("...nf,...nfv->...nv", fq, S)
+    if not normalize:
+        return num
+    den = np.einsum("...nf,...nf->...n", fq, z)
+    return num / (den if eps is None else np.maximum(den, eps))[..., None]
+
+
+_NO_PHI_Q = ("you did not apply phi to q: the prefix states are built from phi(k), and each one is "
+             "queried with phi(q_t), not q_t.")
+
+prefix_sums = Exercise(
+    name="causal_cumsum",
+    path="exercises.causal.prefix_sums",
+    fn_name="causal_cumsum",
+    chapter="causal",
+    title="Causal linear attention with prefix sums",
+    task="""
+        Write `causal_cumsum(q, k, v, phi)` for q, k: (..., N, d), v: (..., N, d_v), returning
+        (..., N, d_v) where token t attends to tokens 0..t (itself included, so y_0 = v_0):
+        S_t = sum_{j<=t} phi(k_j) v_j^T, z_t = sum_{j<=t} phi(k_j),
+        y_t = phi(q_t)^T S_t / max(phi(q_t) . z_t, 1e-6). Use prefix sums (np.cumsum), no N x N
+        matrix. check() compares with linattn_core.linear_attention(..., causal=True) on one
+        token, N = 7, d = 5, batch dims, a feature map with d_phi != d, relu features whose
+        denominators reach 0 (only the clamp keeps them finite), and measures that a 2048-token
+        input allocates nothing N x N (numpy arrays and torch tensors).
+    """,
+    arg_names=("q", "k", "v", "phi"),
+    cases=lambda: attention_cases(seed=601, cross=False),
+    reference=_ref_causal_cumsum,
+    solution_fn=_solution_causal_cumsum,
+    hints=[
+        "The non-causal S and z are sums over all tokens. Causal attention needs, for every t, the "
+        "sum over tokens 0..t: a running (prefix) sum, which is what np.cumsum computes.",
+        "Stack the outer products phi(k_j) v_j^T into an array of shape (..., N, d_phi, d_v): "
+        "phi(k)[..., :, None] * v[..., None, :]. Its cumsum over the token axis (axis=-3) gives "
+        "every S_t; np.cumsum(phi(k), axis=-2) gives every z_t.",
+        "Contract each phi(q_t) with its own S_t: np.einsum('...nf,...nfv->...nv', phi(q), S); "
+        "the denominator is np.einsum('...nf,...nf->...n', phi(q), z), clamped with "
+        "np.maximum(den, 1e-6). np.cumsum includes the current token, as it should.",
+    ],
+    mistakes=[
+        Mistake(lambda q, k, v, phi: _variant(q, k, v, phi, shift=1),
+                "your output matches a strictly-causal version: token t does not see itself. Add "
+                "the current key/value pair before answering the query (np.cumsum already "
+                "includes it; y_0 must equal v_0)."),
+        Mistake(lambda q, k, v, phi: _variant(q, k, v, phi, shift=1, eps=None),
+                "your output matches a strictly-causal version without the clamp: token t does "
+                "not see itself, so token 0 sees nothing and gets 0/0 = NaN. Include the current "
+                "token (y_0 = v_0)."),
+        Mistake(lambda q, k, v, phi: ref_associative_attention(q, k, v, phi),
+                "you computed non-causal attention (every token sees the whole sequence): use "
+                "running sums, not totals."),
+        Mistake(lambda q, k, v, phi: _variant(q, k, v, phi, reverse=True),
+                "your sums run backwards: token t sees tokens t..N-1. Causal means 0..t."),
+        Mistake(lambda q, k, v, phi: _variant(q, k, v, phi, normalize=False),
+                "you forgot the normalizer: divide by max(phi(q_t) . z_t, eps)."),
+        Mistake(lambda q, k, v, phi: _variant(q, k, v, phi, eps=None),
+                "you did not clamp the denominator: where phi(q_t) . z_t is 0 (relu features can "
+                "be all zero) the output is 0/0 = NaN. Divide by max(den, 1e-6)."),
+        Mistake(lambda q, k, v, phi: _variant(q, k, v, phi, phi_q=False, phi_k=False),
+                "you left out phi: apply the feature map to q and k first."),
+        Mistake(lambda q, k, v, phi: _variant(q, k, v, phi, phi_q=False), _NO_PHI_Q),
+        Mistake(lambda q, k, v, phi: _variant(q, k, v, phi, phi_q=False, eps=None), _NO_PHI_Q),
+        Mistake(lambda q, k, v, phi: _variant(q, k, v, phi, axis=0),
+                "you took the prefix sums over axis 0, which is the token axis only when there "
+                "are no batch dimensions: use the token axis counted from the end (axis=-3 for "
+                "the outer products, axis=-2 for phi(k))."),
+    ],
+    memory_case=memory_case_attention(602),
+    difficulty=3,
+    minutes=20,
+    success="The cumsum form stores N states of size d_phi x d_v; the recurrent form keeps one, "
+            "and the chunked form sits in between - the trade-off of the next chapters.",
+)
+
+
+def _solution_streaming_step(S, z, q_t, k_t, v_t, phi, eps=1e-6):
+    # S: (d_phi, d_v), z: (d_phi,), q_t, k_t: (d,), v_t: (d_v,)
+    fq = phi(q_t[None])[0]                    # (d_phi,)  phi works on (N, d) arrays
+    fk = phi(k_t[None])[0]                    # (d_phi,)
+    S_new = S + np.outer(fk, v_t)             # add the current token first ...
+    z_new = z + fk
+    y_t = fq @ S_new / max(fq @ z_new, eps)   # ... then answer the query
+    return S_new, z_new, y_t
+
+
+def ref_streaming_step(S, z, q_t, k_t, v_t, phi):
+    """The recurrence of CORE_API (update, then query); the tests check it against the library."""
+    fq, fk = phi(q_t[None])[0], phi(k_t[None])[0]
+    S_new = S + fk[:, None] * v_t[None, :]
+    z_new = z + fk
+    return S_new, z_new, (fq @ S_new) / max(float(fq @ z_new), EPS)
+
+
+def _cases_streaming_step() -> list:
+    rng = np.random.default_rng(701)
+
+    def state_after(n, d, d_v, phi):
+        k, v = rng.standard_normal((n, d)), rng.standard_normal((n, d_v))
+        fk = phi(k)
+        return fk.T @ v, fk.sum(0)
+
+    def token(d, d_v):
+        return rng.standard_normal(d), rng.standard_normal(d), rng.standard_normal(d_v)
+
+    elu, relu = elu_phi(), relu_phi()
+    perf = performer_phi(4, 6, 702)
+    q_t, k_t, v_t = token(4, 3)
+    k_t = -np.abs(k_t) - 0.1  # relu(k_t) = 0: the new state is still empty, z_new = 0
+    return [
+        Case("first token: S = 0, z = 0", (np.zeros((4, 3)), np.zeros(4), *token(4, 3), elu)),
+        Case("after 5 tokens", (*state_after(5, 4, 3, elu), *token(4, 3), elu)),
+        Case("d = 7, d_v = 5, after 6 tokens", (*state_after(6, 7, 5, elu), *token(7, 5), elu)),
+        Case("a feature map with d_phi != d", (*state_after(4, 4, 3, perf), *token(4, 3), perf)),
+        Case("relu features, z_new = 0 (denominator 0)",
+             (np.zeros((4, 3)), np.zeros(4), q_t, k_t, v_t, relu)),
+    ]
+
+
+def _step_variant(S, z, q_t, k_t, v_t, phi, *, query_first=False, normalize=True, phi_k=True,
+                  phi_q=True, phi_z=True, transpose=False, eps=EPS):
+    fq = phi(q_t[None])[0] if phi_q else q_t
+    fk = phi(k_t[None])[0] if phi_k else k_t
+    fz = phi(k_t[None])[0] if phi_z else k_t
+    S_new = S + (np.outer(v_t, fk) if transpose else np.outer(fk, v_t))
+    z_new = z + fz
+    S_q, z_q = (S, z) if query_first else (S_new, z_new)
+    num = fq @ S_q
+    den = float(fq @ z_q)
+    y = (num / (den if eps is None else max(den, eps))) if normalize else num
+    return S_new, z_new, y
+
+
+def _stream_whole_sequence(ex: Exercise) -> Callable:
+    """Prepare a 7-token sequence and its answer; the returned run(fn) steps fn through it."""
+    from linattn_core import linear_attention
+
+    rng = np.random.default_rng(703)
+    n, d, d_v = 7, 4, 3
+    q, k, v = qkv(rng, n, n, d=d, d_v=d_v)
+    phi = elu_phi()
+    expected = linear_attention(q, k, v, feature_map=lib_phi(phi), causal=True)
+    where = f"Stepping through a sequence of {n} tokens from S = 0, z = 0"
+
+    def run(fn: Callable) -> tuple[str | None, str]:
+        S, z = np.zeros((d, d_v)), np.zeros(d)
+        ys = []
+        for t in range(n):
+            step = ex.call(fn, (S, z, q[t], k[t], v[t], phi))
+            if step.error is not None:
+                return (f"Not yet. {where}: at token {t} your function raised "
+                        f"{type(step.error).__name__}: {compare.safe_str(step.error)}"), ""
+            problem = compare.compare_triple(step.result, ex.reference(S, z, q[t], k[t], v[t],
+                                                                       phi))
+            if problem is not None:
+                return f"Not yet. {where}: at token {t}:\n  {problem}", ""
+            S, z, y = (compare.to_array(x)[0] for x in step.result)
+            ys.append(y)
+        problem = compare.array_difference(np.stack(ys), expected,
+                                           what="the stacked outputs y_0..y_6")
+        if problem is not None:
+            return (f"Not yet. {where} and comparing with causal linear_attention:\n"
+                    f"  {problem}"), ""
+        return None, (f" Stepped through {n} tokens from the empty state, it reproduces causal "
+                      "linear_attention.")
+
+    return run
+
+
+streaming_step = Exercise(
+    name="streaming_step",
+    path="exercises.causal.streaming_step",
+    fn_name="streaming_step",
+    chapter="causal",
+    title="One step of the recurrent (streaming) form",
+    task="""
+        Write `streaming_step(S, z, q_t, k_t, v_t, phi)` for the state S: (d_phi, d_v),
+        z: (d_phi,) and one token q_t, k_t: (d,), v_t: (d_v,). Return (S_new, z_new, y_t):
+        S_new = S + phi(k_t) v_t^T, z_new = z + phi(k_t), then
+        y_t = phi(q_t)^T S_new / max(phi(q_t) . z_new, 1e-6). phi works on (N, d) arrays, so
+        apply it as phi(x[None])[0]. Do not modify S or z in place. check() tries the empty
+        state, states after a few tokens, d != d_v, a feature map with d_phi != d and a relu
+        step whose denominator is 0, then steps your function through a 7-token sequence and
+        compares with causal linear_attention.
+    """,
+    arg_names=("S", "z", "q_t", "k_t", "v_t", "phi"),
+    cases=_cases_streaming_step,
+    reference=ref_streaming_step,
+    solution_fn=_solution_streaming_step,
+    hints=[
+        "Two moves, in this order: add the current token to the state, then answer the query "
+        "from the new state.",
+        "The token's contribution to S is the outer product np.outer(phi(k_t), v_t), shape "
+        "(d_phi, d_v); to z it is phi(k_t).",
+        "y_t = phi(q_t) @ S_new / max(phi(q_t) @ z_new, 1e-6). Return the three as a tuple.",
+    ],
+    kind="triple",
+    mistakes=[
+        Mistake(lambda *a: _step_variant(*a, query_first=True),
+                "you answered the query before adding the current token (y_t comes from the old "
+                "S and z). Causal attention includes the token itself: update first, then "
+                "query. On the empty state the answer must be v_t."),
+        Mistake(lambda *a: _step_variant(*a, normalize=False),
+                "you forgot the normalizer: divide phi(q_t)^T S_new by max(phi(q_t) . z_new, "
+                "eps)."),
+        Mistake(lambda *a: _step_variant(*a, eps=None),
+                "you did not clamp the denominator: with z_new = 0 the output is 0/0 = NaN. "
+                "Divide by max(phi(q_t) . z_new, 1e-6)."),
+        Mistake(lambda *a: _step_variant(*a, transpose=True),
+                "the outer product is the wrong way round: S is (d_phi, d_v), so add "
+                "np.outer(phi(k_t), v_t)."),
+        Mistake(lambda *a: _step_variant(*a, phi_k=False, phi_z=False),
+                "you added k_t to the state instead of phi(k_t)."),
+        Mistake(lambda *a: _step_variant(*a, phi_z=False),
+                "you added k_t to z instead of phi(k_t)."),
+        Mistake(lambda *a: _step_variant(*a, phi_q=False),
+                "you queried with q_t instead of phi(q_t)."),
+    ],
+    exception_hints=[("broadcast", "Check the shapes: S is (d_phi, d_v), so the token's outer "
+                                   "product must be np.outer(phi(k_t), v_t); np.outer(v_t, ...) is "
+                                   "the wrong way round. phi(k_t[None])[0] has shape (d_phi,).")],
+    difficulty=2,
+    minutes=15,
+    success="A fixed-size state, updated once per token: this is what makes linear attention an "
+            "RNN at inference time.",
+    extra_check=_stream_whole_sequence,
+)
+
+
+def _solution_chunked_causal(q, k, v, phi, C, eps=1e-6):
+    # q, k: (..., N, d), v: (..., N, d_v), C: chunk size -> (..., N, d_v); derived from the recurrence
+    fq, fk = phi(q), phi(k)                                       # (..., N, d_phi)
+    S = np.zeros(fk.shape[:-2] + (fk.shape[-1], v.shape[-1]))    # state of every earlier chunk
+    z = np.zeros(fk.shape[:-2] + (fk.shape[-1],))
+    out = np.empty(v.shape[:-1] + (v.shape[-1],))
+    for a in range(0, q.shape[-2], C):
+        Qc, Kc, Vc = fq[..., a:a + C, :], fk[..., a:a + C, :], v[..., a:a + C, :]
+        A = np.tril(Qc @ np.swapaxes(Kc, -1, -2))                 # masked C x C block, diagonal kept
+        num = Qc @ S + A @ Vc                                     # earlier chunks + this chunk
+        den = np.einsum("...cf,...f->...c", Qc, z) + A.sum(-1)
+        out[..., a:a + C, :] = num / np.maximum(den, eps)[..., None]
+        S = S + np.swapaxes(Kc, -1, -2) @ Vc                      # then carry the state past it
+        z = z + Kc.sum(-2)
+    return out
+
+
+def _ref_chunked_causal(q, k, v, phi, C):
+    from linattn_core import linear_attention
+
+    return linear_attention(q, k, v, feature_map=lib_phi(phi), causal=True, method="chunked",
+                            chunk_size=C)
+
+
+def _chunked_variant(q, k, v, phi, C, *, carry=True, diagonal=True, update_first=False,
+                     mask=True, eps=EPS):
+    fq, fk = phi(q), phi(k)
+    S = np.zeros(fk.shape[:-2] + (fk.shape[-1], v.shape[-1]))
+    z = np.zeros(fk.shape[:-2] + (fk.shape[-1],))
+    out = np.empty(v.shape)
+    for a in range(0, q.shape[-2], C):
+        Qc, Kc, Vc = fq[..., a:a + C, :], fk[..., a:a + C, :], v[..., a:a + C, :]
+        if update_first:
+            S, z = S + np.swapaxes(Kc, -1, -2) @ Vc, z + Kc.sum(-2)
+        scores = Qc @ np.swapaxes(Kc, -1, -2)
+        A = (np.tril(scores) if diagonal else np.tril(scores, -1)) if mask else scores
+        num = (Qc @ S if carry else 0.0) + A @ Vc
+        den = (np.einsum("...cf,...f->...c", Qc, z) if carry else 0.0) + A.sum(-1)
+        out[..., a:a + C, :] = num / np.maximum(den, eps)[..., None]
+        if not update_first:
+            S, z = S + np.swapaxes(Kc, -1, -2) @ Vc, z + Kc.sum(-2)
+    return out
+
+
+def _cases_chunked_causal() -> list:
+    rng = np.random.default_rng(611)
+    return [
+        Case("N = 8, C = 4 (two whole chunks)", (*qkv(rng, 8, 8), elu_phi(), 4)),
+        Case("N = 7, C = 3 (a shorter last chunk)", (*qkv(rng, 7, 7), elu_phi(), 3)),
+        Case("one token, C = 4", (*qkv(rng, 1, 1), elu_phi(), 4)),
+        Case("C = 1 (the recurrence)", (*qkv(rng, 6, 6), elu_phi(), 1)),
+        Case("C = 16 > N = 10 (one chunk)", (*qkv(rng, 10, 10, d=5, d_v=2), elu_phi(), 16)),
+        Case(f"batch dims {BATCH}, N = 9, C = 4", (*qkv(rng, 9, 9, batch=BATCH), elu_phi(), 4),
+             batch_ndim=len(BATCH)),
+        Case("relu features, denominators 0 and below eps, C = 2",
+             (*zero_denominator_qkv(rng, 5), relu_phi(), 2)),
+        Case("a feature map with d_phi != d, C = 3",
+             (*qkv(rng, 6, 6, scale=0.5), performer_phi(4, 6, 611), 3)),
+    ]
+
+
+chunked_form = Exercise(
+    name="chunked_causal",
+    path="exercises.causal.chunked_form",
+    fn_name="chunked_causal",
+    chapter="causal",
+    title="Derive the chunked form from the recurrence",
+    task="""
+        Starting from the recurrence only (S_t = S_{t-1} + phi(k_t) v_t^T, z_t likewise,
+        y_t = phi(q_t)^T S_t / max(phi(q_t) . z_t, 1e-6)), derive how a whole chunk of C tokens
+        can be computed at once from the state before it, then write
+        `chunked_causal(q, k, v, phi, C)` for q, k: (..., N, d), v: (..., N, d_v), returning
+        (..., N, d_v). Loop over chunks, not tokens. check() uses C that divides N and C that
+        does not, C = 1, C > N, one token, batch dims and relu features whose denominators
+        reach 0.
+    """,
+    arg_names=("q", "k", "v", "phi", "C"),
+    cases=_cases_chunked_causal,
+    reference=_ref_chunked_causal,
+    solution_fn=_solution_chunked_causal,
+    hints=[
+        "Write y_t for a token t in chunk c as a sum over j <= t, and split it in two: the tokens "
+        "j in earlier chunks and the tokens j of chunk c up to t. The first part is the same "
+        "sum for every query of the chunk.",
+        "The earlier chunks enter only through their total, the state S (and z) before the "
+        "chunk: phi(q_t)^T S. The chunk's own part is a small masked attention: "
+        "tril(Q_c K_c^T) V_c, with the diagonal kept because a token sees itself.",
+        "For each chunk: A = np.tril(Qc @ Kc^T); num = Qc @ S + A @ Vc; "
+        "den = Qc . z + A.sum(-1); divide with the clamp; only then S += Kc^T Vc, z += Kc.sum. "
+        "Slicing fq[..., a:a + C, :] gives a shorter last chunk for free.",
+    ],
+    mistakes=[
+        Mistake(lambda q, k, v, phi, C: _chunked_variant(q, k, v, phi, C, carry=False),
+                "every chunk starts from an empty state: the earlier chunks never reach it. Read "
+                "the state before the chunk, phi(q_t)^T S, and carry S and z from chunk to chunk."),
+        Mistake(lambda q, k, v, phi, C: _chunked_variant(q, k, v, phi, C, diagonal=False),
+                "your mask drops the diagonal (np.tril(..., -1)): token t must see itself, as in "
+                "the recurrence (the update comes before the query)."),
+        Mistake(lambda q, k, v, phi, C: _chunked_variant(q, k, v, phi, C, update_first=True),
+                "you added the chunk's own pairs to the state before reading it, so they are "
+                "counted twice (once in S, once in the masked block). Read S, then update it."),
+        Mistake(lambda q, k, v, phi, C: _chunked_variant(q, k, v, phi, C, mask=False),
+                "inside a chunk every query sees every key of the chunk, future ones included: "
+                "mask the C x C block with np.tril."),
+        Mistake(lambda q, k, v, phi, C: _chunked_variant(q, k, v, phi, C, eps=0.0),
+                "you did not clamp the denominator: relu features can make it 0 (0/0 = NaN). "
+                "Divide by max(den, 1e-6)."),
+    ],
+    difficulty=3,
+    minutes=30,
+    success="C = 1 gives back the recurrence and C >= N the masked quadratic form: the chunk size "
+            "trades sequential steps against the size of the diagonal blocks.",
+)

@@ -1,0 +1,222 @@
+"""The O(N)-memory backward pass (linattn_core.linear_grad) against autograd through the references.
+
+Gradients are compared in float64 with the quadratic references (kernel_attention and
+decayed_kernel_attention) differentiated by autograd; gradcheck and gradgradcheck on small sizes; the
+memory of a forward + backward is measured (peak resident set), not assumed.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from _tolerances import assert_close
+
+torch = pytest.importorskip("torch")
+
+from linattn_core import get_feature_map, kernel_attention, linear_attention, linear_grad  # noqa: E402
+from linattn_core.decay import decayed_kernel_attention, decayed_linear_attention  # noqa: E402
+from linattn_core.tools import timing as T  # noqa: E402
+
+F64 = torch.float64
+ELU = get_feature_map("elu+1")
+
+
+def _inputs(lead, n, d=5, d_v=4, seed=0, dtype=F64):
+    gen = torch.Generator().manual_seed(seed)
+    q, k = (torch.randn(*lead, n, d, generator=gen, dtype=F64) for _ in range(2))
+    v = torch.randn(*lead, n, d_v, generator=gen, dtype=F64)
+    gates = 0.5 + 0.5 * torch.rand(*lead, n, generator=gen, dtype=F64)  # in (0.5, 1]
+    dout = torch.randn(*lead, n, d_v, generator=gen, dtype=F64)
+    return [x.to(dtype) for x in (q, k, v, gates, dout)]
+
+
+def _reference(q, k, v, fm, decay, gates, normalize):
+    if decay is None and normalize:
+        return kernel_attention(q, k, v, fm, causal=True)
+    g = 1.0 if decay is None else (0.8 if decay == "constant" else gates)
+    return decayed_kernel_attention(q, k, v, fm, decay=g, normalize=normalize)
+
+
+def _log_g(decay, gates):
+    if decay is None:
+        return None
+    return torch.full_like(gates, math.log(0.8)) if decay == "constant" else gates.log()
+
+
+@pytest.fixture(params=[None, 3], ids=["one-block", "blocks-of-3-chunks"])
+def block_rows(request, monkeypatch):
+    """Whole sequences in one block, or blocks of 3 chunks (the carried states cross blocks)."""
+    if request.param is not None:
+        monkeypatch.setattr(linear_grad, "_blocks", _small_blocks(request.param))
+    return request.param
+
+
+def _small_blocks(chunks):
+    def small(n, C, nb):
+        full = n // C * C
+        out = [(a, min(a + chunks * C, full), C) for a in range(0, full, chunks * C)]
+        return out + ([(full, n, n - full)] if full < n else [])
+
+    return small
+
+
+@pytest.mark.parametrize("n", [1, 63, 64, 65, 200])
+@pytest.mark.parametrize("C", [16, 48])  # 48 divides none of the lengths; 16 divides 64
+@pytest.mark.parametrize("normalize", [True, False])
+@pytest.mark.parametrize("decay", [None, "constant", "gated"])
+def test_gradients_equal_autograd_through_the_reference(n, C, normalize, decay, block_rows):
+    q, k, v, gates, dout = _inputs((2, 3), n)
+    ins = [x.requires_grad_() for x in (q, k, v, gates)]
+    expected = _reference(q, k, v, "elu+1", decay, gates, normalize)
+    out = linear_grad.causal_linear_attention(q, k, v, ELU, log_g=_log_g(decay, gates),
+                                              normalize=normalize, chunk_size=C)
+    assert_close(out, expected)
+    wrt = ins if decay == "gated" else ins[:3]
+    for got, want in zip(torch.autograd.grad(out, wrt, dout), torch.autograd.grad(expected, wrt, dout),
+                         strict=True):
+        assert got.shape == want.shape
+        assert_close(got, want)
+
+
+@pytest.mark.filterwarnings("ignore:.*denominators:RuntimeWarning")
+@pytest.mark.parametrize("fm", ["relu", "softplus", "performer", "identity"])
+def test_other_feature_maps(fm):
+    # relu: some rows have den = 0 < eps, where the clamp is active and passes no gradient;
+    # performer is not elementwise (its features enter whole, through ordinary autograd)
+    q, k, v, _, dout = _inputs((2,), 70, seed=1)
+    q, k, v = (x.requires_grad_() for x in (q, k, v))
+    normalize = fm != "identity"
+    phi = linattn_feature(fm)
+    expected = _reference(q, k, v, phi, None, None, normalize)
+    out = linear_grad.causal_linear_attention(q, k, v, phi, normalize=normalize, chunk_size=16)
+    assert_close(out, expected)
+    for got, want in zip(torch.autograd.grad(out, (q, k, v), dout),
+                         torch.autograd.grad(expected, (q, k, v), dout), strict=True):
+        assert_close(got, want)
+
+
+def linattn_feature(name):
+    options = {"d": 5, "num_features": 8, "seed": 0} if name == "performer" else {}
+    return get_feature_map(name, **options)
+
+
+def test_relu_rows_with_an_active_clamp_are_covered():
+    q, *_ = _inputs((2,), 70, seed=1)
+    phi_q = torch.relu(q)
+    assert bool((phi_q.sum(-1) == 0).any())  # the test above does meet den = 0 rows
+
+
+@pytest.mark.parametrize("decay", [None, "gated"])
+@pytest.mark.parametrize("normalize", [True, False])
+def test_gradcheck(decay, normalize):
+    q, k, v, gates, _ = _inputs((2,), 7, d=3, d_v=2, seed=2)
+    q, k, v, gates = (x.requires_grad_() for x in (q, k, v, gates))
+
+    def f(q, k, v, gates):
+        return linear_grad.causal_linear_attention(q, k, v, ELU, log_g=_log_g(decay, gates),
+                                                   normalize=normalize, chunk_size=3)
+
+    assert torch.autograd.gradcheck(f, (q, k, v, gates))
+
+
+@pytest.mark.parametrize("decay", [None, "gated"])
+def test_gradgradcheck(decay):
+    q, k, v, gates, _ = _inputs((1,), 5, d=2, d_v=2, seed=3)
+    q, k, v, gates = (x.requires_grad_() for x in (q, k, v, gates))
+
+    def f(q, k, v, gates):
+        return linear_grad.causal_linear_attention(q, k, v, ELU, log_g=_log_g(decay, gates), chunk_size=2)
+
+    assert torch.autograd.gradgradcheck(f, (q, k, v, gates))
+
+
+def test_linear_attention_uses_it_when_an_input_needs_a_gradient():
+    q, k, v, _, dout = _inputs((2, 2), 65, seed=4)
+    q.requires_grad_()
+    expected = torch.autograd.grad(kernel_attention(q, k, v, causal=True), q, dout)[0]
+    for method in ("auto", "chunked", "recurrent", "cumsum"):
+        out = linear_attention(q, k, v, causal=True, method=method, chunk_size=16)
+        # method is honoured: the chunked forms train through the hand-written backward, the two
+        # other forms through plain autograd of their reference (which keeps what they allocate)
+        hand = "CausalLinearAttention" in type(out.grad_fn).__name__
+        assert hand == (method in ("auto", "chunked")), method
+        (got,) = torch.autograd.grad(out, q, dout)
+        assert_close(got, expected)
+    with torch.no_grad():
+        assert linear_attention(q, k, v, causal=True).grad_fn is None
+    out = linear_attention(q.detach(), k, v, causal=True)  # nothing needs a gradient
+    assert out.grad_fn is None
+
+
+@pytest.mark.parametrize("normalize", [True, False])
+def test_decayed_linear_attention_uses_it(normalize):
+    q, k, v, gates, dout = _inputs((3,), 50, seed=5)
+    gates.requires_grad_()
+    out = decayed_linear_attention(q, k, v, decay=gates, normalize=normalize, chunk_size=16)
+    assert "CausalLinearAttention" in type(out.grad_fn).__name__
+    expected = decayed_kernel_attention(q, k, v, decay=gates, normalize=normalize)
+    assert_close(torch.autograd.grad(out, gates, dout)[0], torch.autograd.grad(expected, gates, dout)[0])
+    # return_state keeps autograd through the forms (the Function returns no state)
+    out, _ = decayed_linear_attention(q, k, v, decay=gates, normalize=normalize, return_state=True)
+    assert "CausalLinearAttention" not in type(out.grad_fn).__name__
+
+
+def test_forward_keeps_only_its_inputs():
+    q, k, v, _, _ = _inputs((2,), 100, seed=6)
+    q, k, v = (x.requires_grad_() for x in (q, k, v))
+    out = linear_grad.causal_linear_attention(q, k, v, ELU, chunk_size=16)
+    saved = [t for t in out.grad_fn.saved_tensors if t is not None]
+    assert {t.data_ptr() for t in saved} <= {q.data_ptr(), k.data_ptr(), v.data_ptr()}
+
+
+def _devices():
+    return ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+
+
+@pytest.mark.parametrize("device", _devices())
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_dtype_and_device_are_kept(dtype, device):
+    q, k, v, gates, dout = _inputs((2,), 70, seed=7)
+    expected_q = q.clone().requires_grad_()
+    ref = kernel_attention(expected_q, k, v, causal=True)
+    (want,) = torch.autograd.grad(ref, expected_q, dout)
+    q, k, v, gates, dout = (x.to(device=device, dtype=dtype) for x in (q, k, v, gates, dout))
+    q.requires_grad_()
+    for out in (linear_attention(q, k, v, causal=True, chunk_size=16),
+                decayed_linear_attention(q, k, v, decay=1.0, chunk_size=16)):
+        (got,) = torch.autograd.grad(out, q, dout)
+        assert out.dtype == got.dtype == dtype and got.device.type == out.device.type == device
+        assert_close(got, want.to(dtype=dtype), dtype=dtype)
+
+
+def _train_peak(n, nb=2, d=32, dtype=F64, off=False):
+    gen = torch.Generator().manual_seed(8)
+    q, k, v, dout = (torch.randn(nb, n, d, generator=gen, dtype=dtype) for _ in range(4))
+    q, k, v = (x.requires_grad_() for x in (q, k, v))
+
+    def step():
+        out = linear_attention(q, k, v, causal=True, method="cumsum" if off else "chunked")
+        return out, torch.autograd.grad(out, (q, k, v), dout)
+
+    if off:  # plain autograd through the cumsum form: the N x d_phi x d_v prefix states
+        return T.peak_memory(step, device="cpu")[0]
+    step()  # warm-up: torch's own first-call allocations are not the algorithm's
+    return T.peak_memory(step, device="cpu")[0]
+
+
+def test_memory_is_linear_in_n_and_never_a_prefix_state_tensor(monkeypatch):
+    """Measured: the extra memory of a forward + backward grows like N (out, dq, dk, dv), and stays
+    far below the N x d_phi x d_v prefix states that autograd through the cumsum form keeps."""
+    monkeypatch.setattr(linear_grad, "_BLOCK_ROWS", 1024)  # small blocks: the O(N) part dominates
+    n, nb, d = 8192, 2, 32
+    peak_n, peak_2n = _train_peak(n), _train_peak(2 * n)
+    if peak_n is None:
+        pytest.skip("peak memory is not measurable here")
+    token_bytes = nb * n * d * 8  # one (nb, N, d) float64 tensor
+    prefix_states = nb * n * d * d * 8  # S_1 .. S_N: 32 such tensors here
+    assert peak_n <= 10 * token_bytes < prefix_states / 3
+    # doubling N adds what grows with N: out, dq, dk, dv (4 tensors of the shorter length)
+    assert 2 * token_bytes <= peak_2n - peak_n <= 6 * token_bytes
+    # what it replaces: autograd through the cumsum form keeps every prefix state
+    assert _train_peak(n // 4, off=True) >= prefix_states // 4

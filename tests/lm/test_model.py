@@ -1,0 +1,116 @@
+"""The language model of the training chapter: one set of weights, two ways to run it.
+
+For every attention kind, the logits computed one token at a time from the per-layer states (or the
+KV cache) equal the logits of the parallel (chunked) form, in float64: the causal recurrence at the
+scale of a whole model. Lengths the chunk size does not divide are included.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from _tolerances import assert_close  # noqa: E402 - after the importorskip
+
+from linattn_core.lm.model import KINDS, LanguageModel, ModelConfig  # noqa: E402
+
+VOCAB = 13
+
+
+def _model(kind: str, seed: int = 0, **overrides) -> LanguageModel:
+    """A small float64 model with weights perturbed away from the near-uniform initialisation."""
+    options = dict(vocab_size=VOCAB, attention=kind, block_size=80, n_layer=2, n_head=2, n_embd=16,
+                   chunk_size=8, num_features=8)
+    options.update(overrides)
+    torch.manual_seed(seed)
+    model = LanguageModel(ModelConfig(**options)).double()
+    g = torch.Generator().manual_seed(seed + 1)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(0.3 * torch.randn(p.shape, generator=g, dtype=p.dtype))
+    return model
+
+
+def _tokens(batch: int, n: int, seed: int = 2) -> torch.Tensor:
+    return torch.randint(0, VOCAB, (batch, n), generator=torch.Generator().manual_seed(seed))
+
+
+@pytest.mark.parametrize("n", [1, 8, 37, 64])
+@pytest.mark.parametrize("kind", KINDS)
+def test_step_logits_equal_parallel_logits(kind, n):
+    model = _model(kind)
+    idx = _tokens(2, n)
+    with torch.no_grad():
+        parallel = model(idx)
+    assert parallel.shape == (2, n, VOCAB)
+    assert_close(model.step_logits(idx), parallel)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_parallel_form_is_causal(kind):
+    model = _model(kind)
+    idx = _tokens(1, 30)
+    changed = idx.clone()
+    changed[0, 20:] = (changed[0, 20:] + 1) % VOCAB
+    with torch.no_grad():
+        a, b = model(idx), model(changed)
+    assert_close(a[:, :20], b[:, :20])
+    assert (a[:, 20:] - b[:, 20:]).abs().max() > 1e-6  # the later positions do see the change
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_every_parameter_gets_a_gradient(kind):
+    model = _model(kind)
+    idx = _tokens(2, 20)
+    model.loss(idx[:, :-1], idx[:, 1:]).backward()
+    missing = [name for name, p in model.named_parameters() if p.grad is None or not p.grad.abs().sum() > 0]
+    assert not missing, f"no gradient reaches {missing}"
+
+
+@pytest.mark.parametrize("kind", ["softmax", "decay", "delta"])
+def test_generate_is_seeded_and_keeps_the_prompt(kind):
+    model = _model(kind).float()
+    prompt = _tokens(3, 5)
+    a = model.generate(prompt, 12, generator=torch.Generator().manual_seed(7), top_k=5)
+    b = model.generate(prompt, 12, generator=torch.Generator().manual_seed(7), top_k=5)
+    assert a.shape == (3, 17) and torch.equal(a, b)
+    assert torch.equal(a[:, :5], prompt)
+    assert int(a.min()) >= 0 and int(a.max()) < VOCAB
+
+
+def test_generate_samples_from_the_step_logits():
+    """Greedy decoding (a tiny temperature) picks the argmax of the parallel logits at each step."""
+    model = _model("elu+1")
+    out = model.generate(_tokens(2, 4), 6, temperature=1e-6, generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        logits = model(out[:, :-1])
+    assert torch.equal(out[:, 4:], logits[:, 3:].argmax(-1))
+
+
+def test_linear_state_is_constant_and_cache_grows():
+    lin, soft = _model("elu+1"), _model("softmax")
+    idx = _tokens(1, 40)
+    s_lin, s_soft = lin.new_states(1), soft.new_states(1)
+    sizes = []
+    with torch.no_grad():
+        for t in range(40):
+            lin.step(idx[:, t], s_lin, t)
+            soft.step(idx[:, t], s_soft, t)
+            sizes.append((sum(s.nbytes for s in s_lin), sum(s.nbytes for s in s_soft)))
+    assert sizes[0][0] == sizes[-1][0]
+    assert sizes[-1][1] == 40 * sizes[0][1]
+
+
+def test_bad_configuration_is_a_clear_error():
+    with pytest.raises(ValueError, match="attention"):
+        ModelConfig(vocab_size=5, attention="linear")
+    with pytest.raises(ValueError, match="divisible"):
+        ModelConfig(vocab_size=5, n_embd=10, n_head=4)
+    with pytest.raises(ValueError, match="n_layer"):
+        ModelConfig(vocab_size=5, n_layer=0)
+    model = _model("softmax", block_size=8)
+    with pytest.raises(ValueError, match="block_size"):
+        model(_tokens(1, 9))
+    with pytest.raises(ValueError, match="temperature"):
+        model.generate(_tokens(1, 2), 3, temperature=0.0)

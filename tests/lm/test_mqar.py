@@ -1,0 +1,145 @@
+"""Multi-query associative recall: the task's layout, its scoring on query positions only, seeded
+batches, a short run that learns, and the stored full run reproduced from its first steps."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from _tolerances import assert_close
+
+from linattn_core.lm import mqar
+
+STORED = Path(__file__).resolve().parents[2] / "results" / "mqar_full.json"
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """Tiny models run fastest on one thread (no spinning workers on a shared machine), and the
+    stored run was trained on one thread, so its replay sums in the same order."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def test_layout_pairs_then_queries():
+    n, m, K, V = 5, 3, 8, 6
+    x, y = mqar.make_batch(7, n, n_keys=K, n_values=V, n_queries=m, seed=1)
+    assert x.shape == y.shape == (7, 2 * n + 2 * m) and x.dtype == y.dtype == torch.int64
+    keys, values = x[:, 0 : 2 * n : 2], x[:, 1 : 2 * n : 2]
+    assert bool(((keys >= 0) & (keys < K)).all()) and bool(((values >= K) & (values < K + V)).all())
+    for row in keys:
+        assert len(set(row.tolist())) == n  # the stored keys of a sequence are distinct
+    queries = x[:, 2 * n :: 2]
+    assert bool((y[:, : 2 * n] == mqar.IGNORE).all()) and bool((y[:, 2 * n + 1 :: 2] == mqar.IGNORE).all())
+    for b in range(7):  # the target at each query key is the value stored under that key
+        stored = dict(zip(keys[b].tolist(), values[b].tolist(), strict=True))
+        for j, q in enumerate(queries[b].tolist()):
+            assert y[b, 2 * n + 2 * j].item() == stored[q]
+            assert x[b, 2 * n + 2 * j + 1].item() == stored[q]  # and the answer follows in the input
+
+
+def test_seeded():
+    a, b = mqar.make_batch(4, 3, seed=[0, 5]), mqar.make_batch(4, 3, seed=[0, 5])
+    c = mqar.make_batch(4, 3, seed=[0, 6])
+    assert all(torch.equal(s, t) for s, t in zip(a, b, strict=True))
+    assert not torch.equal(a[0], c[0])
+
+
+@pytest.mark.parametrize("kwargs, name", [({"n_pairs": 9, "n_keys": 8}, "n_pairs"),
+                                          ({"n_pairs": 3, "n_queries": 0}, "n_queries"),
+                                          ({"n_pairs": 0}, "n_pairs"),
+                                          ({"n_pairs": 2, "n_values": 0}, "n_values")])
+def test_bad_sizes_name_the_argument(kwargs, name):
+    with pytest.raises(ValueError, match=name):
+        mqar.make_batch(2, **kwargs)
+
+
+def test_accuracy_counts_query_positions_only():
+    x, y = mqar.make_batch(3, 4, seed=0)
+    vocab = 32
+    logits = torch.zeros(*x.shape, vocab)
+    mask = y != mqar.IGNORE
+    # right at every query position, wrong (token 0, never a value) everywhere else
+    logits[..., 0] = 1.0
+    logits[mask] = torch.nn.functional.one_hot(y[mask], vocab).float() * 2.0
+    assert mqar.accuracy(logits, y) == 1.0
+    # wrong at exactly one query position: accuracy drops by 1 / (number of queries)
+    b, t = mask.nonzero()[0].tolist()
+    logits[b, t] = 0.0
+    logits[b, t, 1] = 5.0
+    assert mqar.accuracy(logits, y) == pytest.approx(1 - 1 / int(mask.sum()))
+    # the loss ignores non-query positions: changing them leaves it unchanged
+    before = mqar.recall_loss(logits, y)
+    logits[~mask] = torch.randn(int((~mask).sum()), vocab, generator=torch.Generator().manual_seed(0))
+    assert mqar.recall_loss(logits, y).item() == before.item()
+
+
+def test_chance_levels_exact():
+    assert mqar.chance(16) == 1 / 16
+    assert mqar.bag_chance(1, 16) == 1.0
+    # a stored value at random, estimated on many sequences, against the exact expectation
+    n, V = 4, 16
+    x, y = mqar.make_batch(20000, n, n_values=V, seed=3)
+    values = x[:, 1 : 2 * n : 2].numpy()
+    answers = y[:, 2 * n :: 2].numpy()
+    hits = (values[:, :, None] == answers[:, None, :]).mean(1)  # P(random stored value == answer)
+    assert abs(hits.mean() - mqar.bag_chance(n, V)) < 0.01
+    # the most frequent stored value: certain with one pair, at least the random pick otherwise
+    assert mqar.mode_chance(1, V, samples=1000) == 1.0
+    assert mqar.bag_chance(8, 8) < mqar.mode_chance(8, 8, samples=20000) < 1.0
+
+
+def test_short_run_learns():
+    # 4 keys + 4 values: the loss starts near ln 8 and falls as soon as the model answers with values
+    r = mqar.train_recall("softmax", 16, 2, 30, n_keys=4, n_values=4, lr=1e-2, warmup_steps=5,
+                          batch_size=16, eval_batch=64, eval_interval=30)
+    loss = r["curves"]["loss"]
+    assert np.isfinite(loss).all() and len(loss) == 30
+    assert np.mean(loss[-5:]) < np.mean(loss[:5]) - 0.1
+    assert 0.0 <= r["final_accuracy"] <= 1.0 and r["chance"] == 0.25
+
+
+def test_bad_kind():
+    with pytest.raises(ValueError, match="kind"):
+        mqar.train_recall("linear", 32, 2, 1)
+
+
+@pytest.mark.skipif(not STORED.is_file(), reason="results/mqar_full.json not stored")
+def test_stored_full_run_reproduces_its_first_losses():
+    stored = json.loads(STORED.read_text())
+    run = stored["runs"][0]
+    first = run["curves"]["loss"][: mqar.FIRST_LOSSES][:4]
+    assert run["curves"]["step"][:4] == [0, 1, 2, 3]
+    assert_close(np.array(mqar.replay_losses(run, len(first))), np.array(first), dtype="float32",
+                 what="first losses of the stored run")
+    for r in stored["runs"]:
+        assert 0.0 <= r["final_accuracy"] <= 1.0
+    preset = mqar.PRESETS["full"]  # the stored sweep is the current preset's, every run of it
+    current = json.loads(json.dumps({**asdict(preset), "kinds": list(preset.kinds)}))  # tuples as lists
+    assert stored["sweep"] == current, "the preset changed: rerun it"
+    ran = [(r["config"]["attention"], r["config"]["n_embd"], r["config"]["n_pairs"]) for r in stored["runs"]]
+    assert ran == preset.runs()
+
+
+def test_merge_puts_runs_in_preset_order():
+    preset = mqar.PRESETS["full"]
+
+    def part(kind: str) -> dict:
+        runs = [{"config": {"attention": k, "n_embd": w, "n_pairs": n}}
+                for k, w, n in preset.runs() if k == kind]
+        return {"preset": "full", "git_commit": "abc", "wall_s": 1.0, "runs": runs}
+
+    merged = mqar.merge([part(k) for k in reversed(preset.kinds)])
+    got = [(r["config"]["attention"], r["config"]["n_embd"], r["config"]["n_pairs"]) for r in merged["runs"]]
+    assert got == preset.runs() and merged["processes"] == len(preset.kinds)
+    assert merged["git_commit"] == "abc" and set(merged["git_commits"].values()) == {"abc"}
+    mixed = mqar.merge([part("softmax"), {**part("delta"), "git_commit": "def"}])
+    assert mixed["git_commit"] is None and mixed["git_commits"] == {"softmax": "abc", "delta": "def"}
+    with pytest.raises(ValueError, match="presets"):
+        mqar.merge([part("softmax"), {**part("delta"), "preset": "book"}])

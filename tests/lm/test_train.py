@@ -1,0 +1,132 @@
+"""Training: seeded and deterministic, resumable without changing a bit, results as a JSON object."""
+
+from __future__ import annotations
+
+import itertools
+import json
+from dataclasses import asdict, replace
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from linattn_core.lm import train as T  # noqa: E402 - after the importorskip
+from linattn_core.lm.data import Corpus  # noqa: E402
+
+TINY = T.TrainConfig(n_layer=1, n_head=2, n_embd=16, block_size=16, batch_size=4, max_steps=6, lr=3e-3,
+                     warmup_steps=2, eval_interval=2, eval_batches=2, chunk_size=8)
+
+
+@pytest.fixture(scope="module")
+def corpus():
+    rng = np.random.default_rng(0)
+    words = ["to", "be", "or", "not", "that", "is", "the", "question", "\n"]
+    return Corpus.from_texts({"x_gut.txt": " ".join(rng.choice(words, 3000))})
+
+
+def _params(model):
+    return [p.detach().clone() for p in model.parameters()]
+
+
+@pytest.mark.parametrize("kind", ["softmax", "elu+1", "gated", "delta"])
+def test_same_seed_same_losses(corpus, kind):
+    cfg = replace(TINY, attention=kind)
+    a = T.train(cfg, corpus, device="cpu", progress=False)
+    b = T.train(cfg, corpus, device="cpu", progress=False)
+    assert a["curves"]["train_loss"] == b["curves"]["train_loss"]
+    assert a["curves"]["val_loss"] == b["curves"]["val_loss"]
+    other = T.train(replace(cfg, seed=1), corpus, device="cpu", progress=False)
+    assert other["curves"]["train_loss"] != a["curves"]["train_loss"]
+
+
+@pytest.mark.parametrize("kind", ["softmax", "decay"])
+def test_resume_equals_uninterrupted(corpus, tmp_path, kind):
+    cfg = replace(TINY, attention=kind, max_steps=7, eval_interval=3)
+    whole = T.train(cfg, corpus, device="cpu", progress=False)
+    ckpt = tmp_path / "run.pt"
+    first = T.train(cfg, corpus, device="cpu", checkpoint=ckpt, stop_after=4, progress=False)
+    assert first["steps_done"] == 4 and len(first["curves"]["train_loss"]) == 4
+    rest = T.train(cfg, corpus, device="cpu", checkpoint=ckpt, resume=True, progress=False)
+    assert rest["steps_done"] == 7
+    assert rest["curves"] == whole["curves"]
+    for p, q in zip(_params(rest["model"]), _params(whole["model"]), strict=True):
+        assert torch.equal(p, q)
+
+
+def test_resume_refuses_another_configuration(corpus, tmp_path):
+    ckpt = tmp_path / "run.pt"
+    T.train(TINY, corpus, device="cpu", checkpoint=ckpt, stop_after=2, progress=False)
+    with pytest.raises(ValueError, match="another configuration"):
+        T.train(replace(TINY, lr=1e-3), corpus, device="cpu", checkpoint=ckpt, resume=True, progress=False)
+    with pytest.raises(FileNotFoundError, match="checkpoint"):
+        T.train(TINY, corpus, device="cpu", checkpoint=tmp_path / "absent.pt", resume=True, progress=False)
+
+
+def test_results_json_schema(corpus, tmp_path):
+    results = T.train(TINY, corpus, device="cpu", progress=False)
+    path = tmp_path / "out" / "r.json"
+    T.save_results(results, path)
+    saved = json.loads(path.read_text())
+    assert set(saved) >= {"config", "model_config", "parameters", "steps_done", "git_commit", "hardware",
+                          "wall_s", "tokens_per_s", "final_val_loss", "unigram_entropy", "curves"}
+    assert "model" not in saved
+    assert saved["config"] == asdict(TINY)
+    assert saved["hardware"]["device"] == "cpu" and saved["wall_s"] > 0
+    curves = saved["curves"]
+    assert curves["step"] == list(range(6)) and len(curves["train_loss"]) == len(curves["lr"]) == 6
+    assert curves["val_step"] == [0, 2, 4, 6] and len(curves["val_loss"]) == 4
+    assert saved["final_val_loss"] == curves["val_loss"][-1]
+    assert all(np.isfinite(curves["train_loss"]))
+
+
+def test_results_json_keeps_the_first_steps_then_every_tenth(corpus, tmp_path):
+    results = T.train(replace(TINY, max_steps=25, eval_interval=25), corpus, device="cpu", progress=False)
+    T.save_results(results, tmp_path / "r.json")
+    curves = json.loads((tmp_path / "r.json").read_text())["curves"]
+    assert curves["step"] == [*range(T.FIRST_LOSSES), 10, 20] and T.LOSS_STRIDE == 10
+    kept = curves["step"]
+    assert curves["train_loss"] == [results["curves"]["train_loss"][i] for i in kept]
+    assert curves["lr"] == [results["curves"]["lr"][i] for i in kept]
+    assert curves["val_step"] == [0, 25]
+
+
+def test_cli_threads_are_checked_and_the_command_recorded(monkeypatch, corpus, tmp_path):
+    with pytest.raises(SystemExit):
+        T.main(["--threads", "0"])
+    monkeypatch.setattr(T, "load_corpus", lambda: corpus)
+    monkeypatch.setitem(T.PRESETS, "book", TINY)
+    before = torch.get_num_threads()
+    try:
+        out = tmp_path / "r.json"
+        T.main(["--attention", "relu", "--threads", "1", "--no-progress", "--out", str(out)])
+        saved = json.loads(out.read_text())
+        assert saved["hardware"]["threads"] == 1
+        args = f"--attention relu --threads 1 --no-progress --out {out}"
+        assert saved["command"] == f"python -m linattn_core.train {args}"
+        assert saved["config"]["attention"] == "relu" and saved["preset"] == "book"
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_learning_rate_schedule():
+    cfg = replace(TINY, max_steps=100, warmup_steps=10, lr=1.0, min_lr_ratio=0.1)
+    lrs = [T.lr_at(s, cfg) for s in range(101)]
+    assert lrs[0] == pytest.approx(0.1) and lrs[9] == pytest.approx(1.0)
+    assert lrs[10] == pytest.approx(1.0) and lrs[100] == pytest.approx(0.1)
+    assert all(a >= b for a, b in itertools.pairwise(lrs[10:]))
+
+
+def test_a_short_run_learns(corpus):
+    cfg = replace(TINY, max_steps=60, eval_interval=30, lr=1e-2, warmup_steps=5)
+    results = T.train(cfg, corpus, device="cpu", progress=False)
+    assert results["final_val_loss"] < results["curves"]["val_loss"][0] - 0.5
+
+
+def test_bad_arguments(corpus):
+    with pytest.raises(ValueError, match="device"):
+        T.pick_device("tpu")
+    with pytest.raises(ValueError, match="attention"):
+        T.train(replace(TINY, attention="linear"), corpus, progress=False)
+    with pytest.raises(ValueError, match="block_size"):
+        T.get_batch(np.arange(5), 2, 8, np.random.default_rng(0))

@@ -1,0 +1,1333 @@
+"""Tests of linattn_core.tools.exercises: every solution passes, typical wrong answers fail with the right
+diagnosis, adversarial answers never make check() raise or mislead, and the exercises' own
+references agree with the library.
+
+The wrong answers below are what a reader plausibly writes (or what a hostile one returns); each
+test asserts that check() returns a falsy result (never raises) and prints the message that names
+the mistake, or, where the input cannot tell, no single cause.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+from _tolerances import assert_close
+
+import linattn_core
+from linattn_core import (
+    KVCache,
+    LinearAttentionState,
+    get_feature_map,
+    kernel_attention,
+    linear_attention,
+    softmax_attention,
+)
+from linattn_core.tools import exercises
+from linattn_core.tools.exercises import CheckResult
+
+ALL = list(exercises.EXERCISES.values())
+IDS = [ex.name for ex in ALL]
+SOL = {ex.name: ex.solution_fn for ex in ALL}
+CHAPTER_PATHS = {
+    "softmax": {"exercises.softmax.attention", "exercises.softmax.score_matrix_bytes"},
+    "associative": {"exercises.associative.quadratic_form",
+                    "exercises.associative.associative_form", "exercises.associative.crossover"},
+    "feature_maps": {"exercises.feature_maps.elu_plus_one",
+                     "exercises.feature_maps.performer_features"},
+    "causal": {"exercises.causal.prefix_sums", "exercises.causal.streaming_step",
+               "exercises.causal.chunked_form"},
+    "tradeoffs": {"exercises.tradeoffs.clamped_normalize", "exercises.tradeoffs.kv_cache_bytes",
+                  "exercises.tradeoffs.exact_capacity"},
+    "training": {"exercises.training.decay_step", "exercises.training.model_state_bytes"},
+    "beyond": {"exercises.beyond.delta_loop", "exercises.beyond.normed_numerator"},
+}
+ARRAY = [ex for ex in ALL if ex.kind == "array"]
+CAUSAL_FORMS = {"causal_cumsum", "delta_loop", "chunked_causal", "normed_numerator"}  # N_q = N_k
+NO_DENOMINATOR = {"normed_numerator"}  # its output is normalized by its own size, not by phi(q).z
+ATTENTION = [ex for ex in ARRAY if ex.arg_names[:3] == ("q", "k", "v")]
+WITH_PHI = [ex for ex in ATTENTION if "phi" in ex.arg_names]
+WITH_ARRAYS = [ex for ex in ALL if ex.kind in ("array", "triple")]  # array arguments
+
+
+def run_check(ex, fn, capsys) -> tuple[bool, str]:
+    """check(fn) and what it printed, with line wrapping undone so messages can be matched."""
+    result = ex.check(fn)
+    out = capsys.readouterr().out
+    assert isinstance(result, CheckResult), f"check() returned {type(result).__name__}"
+    assert result.feedback.strip() == out.strip()
+    return bool(result), " ".join(out.split())
+
+
+def sw(x):
+    return np.swapaxes(x, -1, -2)
+
+
+def resolve(path):
+    """exercises.causal.prefix_sums -> the object (the path as a chapter writes it)."""
+    obj = exercises
+    for part in path.split(".")[1:]:
+        obj = getattr(obj, part)
+    return obj
+
+
+# --------------------------------------------------------------------------------------------------
+# Names, the package layout and the solutions
+# --------------------------------------------------------------------------------------------------
+def test_paths_by_chapter():
+    found = {}
+    for ex in ALL:
+        found.setdefault(ex.chapter, set()).add(ex.path)
+        assert resolve(ex.path) is ex
+        assert exercises.get(ex.name) is ex
+    assert found == CHAPTER_PATHS
+
+
+def test_package_docstring_lists_every_exercise():
+    for ex in ALL:
+        assert re.search(rf"{re.escape(ex.path)}\s+{ex.name}\n", exercises.__doc__), ex.path
+
+
+def test_star_import_shadows_no_library_function_and_no_builtin():
+    import builtins
+
+    namespace: dict = {}
+    exec("from linattn_core.tools.exercises import *", namespace)
+    names = set(namespace) - {"__builtins__"}
+    assert names == set(exercises.__all__)
+    assert not names & set(dir(builtins))
+    assert not names & set(linattn_core.__all__)
+    assert not names & {"softmax", "feature_maps", "attention", "linear"}  # no module names
+    for ex in ALL:
+        assert ex.name not in names
+
+
+def test_exercises_are_reached_by_chapter_or_by_name(capsys):
+    assert exercises.get("causal_cumsum") is exercises.causal.prefix_sums
+    assert "softmax_attention" not in exercises.__all__ and "list" not in exercises.__all__
+    exercises.catalogue()
+    assert "exercises.causal.prefix_sums" in capsys.readouterr().out
+    with pytest.raises(AttributeError):
+        exercises.causal_cumsum  # noqa: B018  (no second spelling at the top)
+    with pytest.raises(KeyError, match="no exercise named"):
+        exercises.get("no_such_exercise")
+
+
+@pytest.mark.parametrize("ex", ALL, ids=IDS)
+def test_solution_passes(ex, capsys):
+    ok, out = run_check(ex, ex.solution_fn, capsys)
+    assert ok, out
+    assert out.startswith("Correct!"), out
+
+
+@pytest.mark.parametrize("ex", ALL, ids=IDS)
+def test_solution_printed_is_the_tested_function(ex, capsys):
+    ex.solution()
+    src = capsys.readouterr().out
+    assert src.startswith(f"def {ex.fn_name}("), src[:80]
+    namespace = {"np": np}
+    exec(src, namespace)  # the printed text is a working solution on its own
+    ok, out = run_check(ex, namespace[ex.fn_name], capsys)
+    assert ok, out
+
+
+@pytest.mark.parametrize("ex", ALL, ids=IDS)
+def test_calling_the_exercise_is_check(ex, capsys):
+    assert ex(ex.solution_fn)
+    assert "Correct!" in capsys.readouterr().out
+
+
+def test_check_result_is_truthy_only_when_right_and_displays_nothing_more(capsys):
+    ex = exercises.tradeoffs.kv_cache_bytes
+    good, bad = ex.check(ex.solution_fn), ex.check(lambda t, d, d_v, i: 0)
+    capsys.readouterr()
+    assert good and not bad
+    assert good.passed is True and bad.passed is False
+    assert "True" not in repr(good) and "False" not in repr(bad)
+    assert good._ipython_display_() is None  # the notebook shows the printed feedback only
+    with pytest.raises(AssertionError):
+        assert bad
+
+
+@pytest.mark.parametrize("ex", ALL, ids=IDS)
+def test_stub_gets_a_friendly_message(ex, capsys):
+    def stub(*args):
+        ...  # the unsolved template cell
+
+    ok, out = run_check(ex, stub, capsys)
+    assert not ok
+    assert f"{ex.fn_name} returns None" in out and "in place of the `...` line" in out
+    assert "False" not in out and "Traceback" not in out
+
+
+@pytest.mark.parametrize("ex", ALL, ids=IDS)
+def test_exception_is_caught_and_reported(ex, capsys):
+    def broken(*args):
+        raise KeyError("oops in my code")
+
+    ok, out = run_check(ex, broken, capsys)
+    assert not ok
+    assert "raised KeyError" in out and "oops in my code" in out
+    assert f"{ex.fn_name}({', '.join(ex.arg_names)})" in out
+
+
+@pytest.mark.parametrize("ex", ALL, ids=IDS)
+def test_not_a_function(ex, capsys):
+    for value in (None, 3, "softmax", ex.solution_fn(*ex.cases()[0].args)):
+        ok, out = run_check(ex, value, capsys)
+        assert not ok
+        assert "needs your function itself" in out and f"{ex.path}.check({ex.fn_name})" in out
+
+
+@pytest.mark.parametrize("ex", ALL, ids=IDS)
+def test_hints_are_progressive_and_bounded(ex, capsys):
+    assert len(ex.hints) >= 2
+    texts = []
+    for n in range(1, len(ex.hints) + 1):
+        ex.hint(n)
+        out = capsys.readouterr().out
+        assert out.startswith(f"Hint {n} of {len(ex.hints)}:"), out
+        texts.append(out)
+    assert len(set(texts)) == len(texts)
+    ex.hint(len(ex.hints) + 5)
+    out = capsys.readouterr().out
+    assert "here is the last one" in out and f"{ex.path}.solution()" in out
+    for bad in (0, -1, 1.5, True, "1"):
+        ex.hint(bad)
+        assert "hint(n) takes n = 1 to" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("ex", ALL, ids=IDS)
+def test_feedback_is_deterministic(ex, capsys):
+    def wrong(*args):
+        out = ex.solution_fn(*args)
+        if isinstance(out, tuple):
+            return (out[0], out[1], out[2] * 1.5)
+        return out * 3 + 1
+
+    first = run_check(ex, wrong, capsys)
+    second = run_check(ex, wrong, capsys)
+    assert first == second
+    assert not first[0]
+    assert "Not yet" in first[1]
+
+
+def test_catalogue_prints_every_exercise_by_chapter(capsys):
+    exercises.catalogue()
+    out = capsys.readouterr().out
+    for chapter, paths in CHAPTER_PATHS.items():
+        assert f"{chapter}.md" in out
+        for path in paths:
+            assert path in out
+    positions = [out.index(f"{c}.md") for c in ["softmax", "associative", "feature_maps", "causal",
+                                                "tradeoffs", "beyond"]]
+    assert positions == sorted(positions)
+
+
+def test_markdown_repr_describes_the_task():
+    md = exercises.associative.associative_form._repr_markdown_()
+    assert "exercises.associative.associative_form" in md and "S = phi(K)^T V" in md
+
+
+# --------------------------------------------------------------------------------------------------
+# Typical wrong answers: each must fail with the message that names the mistake
+# --------------------------------------------------------------------------------------------------
+def _softmax(s, axis=-1):
+    s = s - s.max(axis=axis, keepdims=True)
+    w = np.exp(s)
+    return w / w.sum(axis=axis, keepdims=True)
+
+
+def sm_no_scale(q, k, v):
+    return _softmax(q @ sw(k)) @ v
+
+
+def sm_unstable(q, k, v):
+    w = np.exp(q @ sw(k) / np.sqrt(q.shape[-1]))
+    return w / w.sum(-1, keepdims=True) @ v
+
+
+def sm_dot_T(q, k, v):
+    return _softmax(q @ k.T / np.sqrt(q.shape[-1])) @ v
+
+
+def sm_einsum_2d(q, k, v):  # works without batch dims only, no exception with them
+    s = np.einsum("...id,...jd->ij", q, k) / np.sqrt(q.shape[-1])
+    return _softmax(s) @ v
+
+
+def sm_global_max(q, k, v):
+    s = q @ sw(k) / np.sqrt(q.shape[-1])
+    w = np.exp(s - s.max())
+    return w / w.sum(-1, keepdims=True) @ v
+
+
+def sm_whole_matrix(q, k, v):
+    s = q @ sw(k) / np.sqrt(q.shape[-1])
+    w = np.exp(s - s.max())
+    return w / w.sum() @ v
+
+
+def sm_wrong_axis(q, k, v):
+    return _softmax(q @ sw(k) / np.sqrt(q.shape[-1]), axis=-2) @ v
+
+
+def sm_dv_scale(q, k, v):
+    return _softmax(q @ sw(k) / np.sqrt(v.shape[-1])) @ v
+
+
+def sm_weights(q, k, v):
+    return _softmax(q @ sw(k) / np.sqrt(q.shape[-1]))
+
+
+def sm_float32(q, k, v):
+    return SOL["softmax_attention"](q, k, v).astype(np.float32)
+
+
+def elu_where(x):
+    return np.where(x > 0, x + 1, np.exp(x))
+
+
+def elu_plain(x):
+    return np.where(x > 0, x, np.expm1(np.minimum(x, 0)))
+
+
+def elu_relu(x):
+    return np.maximum(x, 0) + 1
+
+
+def elu_inplace(x):
+    neg = x <= 0
+    x[neg] = np.exp(x[neg])
+    x[~neg] += 1
+    return x
+
+
+def ka_unnormalized(q, k, v, phi):
+    return phi(q) @ sw(phi(k)) @ v
+
+
+def ka_columns(q, k, v, phi):
+    A = phi(q) @ sw(phi(k))
+    return A / A.sum(-2, keepdims=True) @ v
+
+
+def ka_no_phi(q, k, v, phi):
+    A = q @ sw(k)
+    return A @ v / A.sum(-1, keepdims=True)
+
+
+def ka_softmax(q, k, v, phi):
+    return _softmax(q @ sw(k) / np.sqrt(q.shape[-1])) @ v
+
+
+def aa_unnormalized(q, k, v, phi):
+    return phi(q) @ (sw(phi(k)) @ v)
+
+
+def aa_quadratic(q, k, v, phi):
+    return SOL["kernel_attention"](q, k, v, phi)
+
+
+def aa_raw_k(q, k, v, phi):
+    fq = phi(q)
+    return fq @ (sw(k) @ v) / np.maximum(fq @ k.sum(-2)[..., None], 1e-6)
+
+
+def pf_no_scale(x, W):
+    return np.exp(x @ W.T - 0.5 * (x * x).sum(-1, keepdims=True)) / np.sqrt(W.shape[0])
+
+
+def pf_no_m(x, W):
+    xs = x * W.shape[1] ** -0.25
+    return np.exp(xs @ W.T - 0.5 * (xs * xs).sum(-1, keepdims=True))
+
+
+def pf_no_norm(x, W):
+    xs = x * W.shape[1] ** -0.25
+    return np.exp(xs @ W.T) / np.sqrt(W.shape[0])
+
+
+def pf_stabilised(x, W):
+    xs = x * W.shape[1] ** -0.25
+    u = xs @ W.T - 0.5 * (xs * xs).sum(-1, keepdims=True)
+    return np.exp(u - u.max(-1, keepdims=True)) / np.sqrt(W.shape[0])
+
+
+def pf_untransposed(x, W):
+    xs = x * W.shape[1] ** -0.25
+    return np.exp(xs @ W - 0.5 * (xs * xs).sum(-1, keepdims=True)) / np.sqrt(W.shape[0])
+
+
+def _prefix(q, k, v, phi, exclusive=False):
+    fq, fk = phi(q), phi(k)
+    outer = fk[..., :, None] * v[..., None, :]
+    S, z = np.cumsum(outer, -3), np.cumsum(fk, -2)
+    if exclusive:
+        S, z = S - outer, z - fk
+    return fq, S, z
+
+
+def cc_strict(q, k, v, phi):
+    fq, S, z = _prefix(q, k, v, phi, exclusive=True)
+    return np.einsum("...nf,...nfv->...nv", fq, S) / np.maximum((fq * z).sum(-1), 1e-6)[..., None]
+
+
+def cc_strict_unclamped(q, k, v, phi):
+    fq, S, z = _prefix(q, k, v, phi, exclusive=True)
+    return np.einsum("...nf,...nfv->...nv", fq, S) / (fq * z).sum(-1)[..., None]
+
+
+def cc_noncausal(q, k, v, phi):
+    return SOL["associative_attention"](q, k, v, phi)
+
+
+def cc_unnormalized(q, k, v, phi):
+    fq, S, _ = _prefix(q, k, v, phi)
+    return np.einsum("...nf,...nfv->...nv", fq, S)
+
+
+def cc_masked_quadratic(q, k, v, phi):
+    A = np.tril(phi(q) @ sw(phi(k)))
+    return A @ v / np.maximum(A.sum(-1), 1e-6)[..., None]
+
+
+def cc_axis0(q, k, v, phi):
+    fq, fk = phi(q), phi(k)
+    S = np.cumsum(fk[..., :, None] * v[..., None, :], axis=0)
+    z = np.cumsum(fk, axis=0)
+    return np.einsum("...nf,...nfv->...nv", fq, S) / (fq * z).sum(-1)[..., None]
+
+
+def ss_query_first(S, z, q_t, k_t, v_t, phi):
+    fq, fk = phi(q_t[None])[0], phi(k_t[None])[0]
+    y = fq @ S / max(fq @ z, 1e-6)
+    return S + np.outer(fk, v_t), z + fk, y
+
+
+def ss_inplace(S, z, q_t, k_t, v_t, phi):
+    fq, fk = phi(q_t[None])[0], phi(k_t[None])[0]
+    S += np.outer(fk, v_t)
+    z += fk
+    return S, z, fq @ S / max(fq @ z, 1e-6)
+
+
+def ss_transposed(S, z, q_t, k_t, v_t, phi):
+    fq, fk = phi(q_t[None])[0], phi(k_t[None])[0]
+    S_new = S + np.outer(v_t, fk)
+    return S_new, z + fk, fq @ S / max(fq @ z, 1e-6)
+
+
+def ss_two_outputs(S, z, q_t, k_t, v_t, phi):
+    out = SOL["streaming_step"](S, z, q_t, k_t, v_t, phi)
+    return out[0], out[2]
+
+
+def ss_unnormalized(S, z, q_t, k_t, v_t, phi):
+    fq, fk = phi(q_t[None])[0], phi(k_t[None])[0]
+    S_new = S + np.outer(fk, v_t)
+    return S_new, z + fk, fq @ S_new
+
+
+def cn_plus_eps(num, den, eps):
+    return num / (den + eps)[..., None]
+
+
+def cn_no_clamp(num, den, eps):
+    return num / den[..., None]
+
+
+def cn_no_newaxis(num, den, eps):
+    return num / np.maximum(den, eps)
+
+
+def cn_no_newaxis_square(num, den, eps):  # silently wrong only when N = d_v
+    if num.shape[-1] == den.shape[-1]:
+        return num / np.maximum(den, eps)
+    return SOL["clamped_normalize"](num, den, eps)
+
+
+def cn_abs(num, den, eps):
+    return num / np.maximum(np.abs(den), eps)[..., None]
+
+
+def cn_fixed_eps(num, den, eps):
+    return num / np.maximum(den, 1e-6)[..., None]
+
+
+def smb_no_square(N, batch_heads, itemsize):
+    return N * batch_heads * itemsize
+
+
+def smb_no_heads(N, batch_heads, itemsize):
+    return N * N * itemsize
+
+
+def smb_float(N, batch_heads, itemsize):
+    return N * N * batch_heads * itemsize / 1
+
+
+def smb_int32(N, batch_heads, itemsize):
+    return int(np.int32(N) * np.int32(N) * np.int32(batch_heads) * np.int32(itemsize))
+
+
+def smb_mib(N, batch_heads, itemsize):
+    return N * N * batch_heads * itemsize / 2**20
+
+
+def kv_keys_only(t, d, d_v, itemsize):
+    return t * d * itemsize
+
+
+def kv_same_dim(t, d, d_v, itemsize):
+    return 2 * t * d * itemsize
+
+
+def kv_off_by_one(t, d, d_v, itemsize):
+    return (t + 1) * (d + d_v) * itemsize
+
+
+def kv_state_size(t, d, d_v, itemsize):
+    return d * d_v * itemsize
+
+
+def kv_product(t, d, d_v, itemsize):
+    return t * d * d_v * itemsize
+
+
+def kv_no_itemsize(t, d, d_v, itemsize):
+    return t * (d + d_v)
+
+
+
+
+def sm_no_keepdims(q, k, v):
+    s = q @ sw(k) / np.sqrt(q.shape[-1])
+    w = np.exp(s - s.max(axis=-1, keepdims=True))
+    return w / w.sum(axis=-1) @ v
+
+
+def sm_fixed_two(q, k, v):  # sqrt(4), right only at the examples' d = 4
+    return _softmax(q @ sw(k) / 2.0) @ v
+
+
+def sm_squeeze(q, k, v):
+    return SOL["softmax_attention"](q, k, v).squeeze()
+
+
+def sm_square_only(q, k, v):  # assumes N_q == N_k
+    n = q.shape[-2]
+    return SOL["softmax_attention"](q, k[..., :n, :], v[..., :n, :])
+
+
+def ka_no_clamp(q, k, v, phi):
+    A = phi(q) @ sw(phi(k))
+    return A @ v / A.sum(-1, keepdims=True)
+
+
+def ka_plus_eps(q, k, v, phi):
+    A = phi(q) @ sw(phi(k))
+    return A @ v / (A.sum(-1, keepdims=True) + 1e-6)
+
+
+def ka_no_phi_q(q, k, v, phi):
+    A = q @ sw(phi(k))
+    return A @ v / np.maximum(A.sum(-1), 1e-6)[..., None]
+
+
+def aa_no_phi_q(q, k, v, phi):
+    fk = phi(k)
+    S, z = sw(fk) @ v, fk.sum(-2)
+    return q @ S / np.maximum(q @ z[..., None], 1e-6)
+
+
+def aa_z_wrong_axis(q, k, v, phi):
+    fq, fk = phi(q), phi(k)
+    z = fk.sum(axis=-1)                                   # one number per key: wrong
+    return fq @ (sw(fk) @ v) / np.maximum(fq.sum(-1) * z, 1e-6)[..., None]
+
+
+def aa_no_clamp(q, k, v, phi):
+    fq, fk = phi(q), phi(k)
+    return fq @ (sw(fk) @ v) / (fq @ fk.sum(-2)[..., None])
+
+
+def pf_fixed_d(x, W):
+    xs = x * 4 ** -0.25
+    return np.exp(xs @ W.T - 0.5 * (xs * xs).sum(-1, keepdims=True)) / np.sqrt(W.shape[0])
+
+
+def cc_no_phi_q(q, k, v, phi):
+    _, S, z = _prefix(q, k, v, phi)
+    return np.einsum("...nf,...nfv->...nv", q, S) / np.maximum((q * z).sum(-1), 1e-6)[..., None]
+
+
+def cc_no_clamp(q, k, v, phi):
+    fq, S, z = _prefix(q, k, v, phi)
+    return np.einsum("...nf,...nfv->...nv", fq, S) / (fq * z).sum(-1)[..., None]
+
+
+def ss_no_clamp(S, z, q_t, k_t, v_t, phi):
+    fq, fk = phi(q_t[None])[0], phi(k_t[None])[0]
+    S_new, z_new = S + np.outer(fk, v_t), z + fk
+    return S_new, z_new, fq @ S_new / (fq @ z_new)
+
+
+WRONG = [
+    ("softmax_attention", sm_no_scale, "forgot the 1/sqrt(d) scale"),
+    ("softmax_attention", sm_unstable, "not numerically stable"),
+    ("softmax_attention", sm_dot_T, "works without batch dimensions"),
+    ("softmax_attention", sm_einsum_2d, "works without batch dimensions"),
+    ("softmax_attention", sm_wrong_axis, "normalized over the wrong axis"),
+    ("softmax_attention", sm_global_max, "maximum of the whole score array"),
+    ("softmax_attention", sm_whole_matrix, "normalized over the whole score matrix"),
+    ("softmax_attention", sm_dv_scale, "1/sqrt(d_v)"),
+    ("softmax_attention", sm_weights, "returned the attention weights"),
+    ("softmax_attention", sm_float32, "that is float32 rounding"),
+    ("softmax_attention", sm_no_keepdims, "without keepdims=True"),
+    ("softmax_attention", sm_fixed_two, "fixed 2"),
+    ("softmax_attention", sm_squeeze, "expected (1, 3), got (3,)"),
+    ("softmax_attention", sm_square_only, "Input #5 of 8 (cross-attention"),
+    ("score_matrix_bytes", smb_no_square, "N**2"),
+    ("score_matrix_bytes", smb_no_heads, "multiply by batch_heads"),
+    ("score_matrix_bytes", smb_float, "but a float"),
+    ("score_matrix_bytes", smb_int32, "integer overflow"),
+    ("score_matrix_bytes", smb_mib, "you returned MiB"),
+    ("kernel_attention", ka_unnormalized, "forgot the normalizer"),
+    ("kernel_attention", ka_columns, "normalized the columns"),
+    ("kernel_attention", ka_no_phi, "you left out phi"),
+    ("kernel_attention", ka_softmax, "that is softmax attention"),
+    ("kernel_attention", ka_no_clamp, "did not clamp the denominator"),
+    ("kernel_attention", ka_plus_eps, "added eps (den + 1e-6) instead of clamping"),
+    ("kernel_attention", ka_no_phi_q, "did not apply phi to q"),
+    ("associative_attention", aa_no_phi_q, "did not apply phi to q"),
+    ("associative_attention", aa_z_wrong_axis, "z is summed over the wrong axis"),
+    ("associative_attention", aa_no_clamp, "did not clamp the denominator"),
+    ("associative_attention", aa_unnormalized, "forgot the normalizer"),
+    ("associative_attention", aa_quadratic, "N x N matrix"),
+    ("associative_attention", aa_raw_k, "applied phi to the queries only"),
+    ("elu_plus_one", elu_where, "evaluates BOTH branches"),
+    ("elu_plus_one", elu_plain, "that is elu(x), without the + 1"),
+    ("elu_plus_one", elu_relu, "that is relu(x) + 1"),
+    ("elu_plus_one", elu_inplace, "changed its input `x` in place"),
+    ("performer_features", pf_no_scale, "forgot to scale x by d^(-1/4)"),
+    ("performer_features", pf_no_m, "forgot the 1/sqrt(m) factor"),
+    ("performer_features", pf_no_norm, "left out the -|x'|^2 / 2 term"),
+    ("performer_features", pf_stabilised, "you stabilised"),
+    ("performer_features", pf_untransposed, "projection.T"),
+    ("performer_features", pf_fixed_d, "fixed 4^(-1/4)"),
+    ("causal_cumsum", cc_strict, "strictly-causal"),
+    ("causal_cumsum", cc_strict_unclamped, "strictly-causal"),
+    ("causal_cumsum", cc_noncausal, "non-causal attention"),
+    ("causal_cumsum", cc_unnormalized, "forgot the normalizer"),
+    ("causal_cumsum", cc_masked_quadratic, "N x N matrix"),
+    ("causal_cumsum", cc_axis0, "over axis 0"),
+    ("causal_cumsum", cc_no_phi_q, "did not apply phi to q"),
+    ("causal_cumsum", cc_no_clamp, "did not clamp the denominator"),
+    ("streaming_step", ss_query_first, "before adding the current token"),
+    ("streaming_step", ss_inplace, "in place"),
+    ("streaming_step", ss_transposed, "wrong way round"),
+    ("streaming_step", ss_two_outputs, "tuple (S_new, z_new, y_t) of three arrays"),
+    ("streaming_step", ss_unnormalized, "forgot the normalizer"),
+    ("streaming_step", ss_no_clamp, "did not clamp the denominator"),
+    ("clamped_normalize", cn_plus_eps, "added eps (den + eps) instead of clamping"),
+    ("clamped_normalize", cn_no_clamp, "did not clamp"),
+    ("clamped_normalize", cn_no_newaxis, "add an axis, den[..., None]"),
+    ("clamped_normalize", cn_no_newaxis_square, "without [..., None]"),
+    ("clamped_normalize", cn_abs, "you took |den|"),
+    ("clamped_normalize", cn_fixed_eps, "use the eps argument"),
+    ("kv_cache_bytes", kv_keys_only, "counted only the keys"),
+    ("kv_cache_bytes", kv_same_dim, "assumed d_v = d"),
+    ("kv_cache_bytes", kv_off_by_one, "off by one"),
+    ("kv_cache_bytes", kv_state_size, "linear-attention state S"),
+    ("kv_cache_bytes", kv_state_size, "cannot tell these causes apart"),
+    ("kv_cache_bytes", kv_product, "multiplied d and d_v"),
+    ("kv_cache_bytes", kv_no_itemsize, "multiply by itemsize"),
+]
+
+
+@pytest.mark.parametrize(("name", "fn", "message"), WRONG,
+                         ids=[f"{n}-{f.__name__}-{i}" for i, (n, f, _) in enumerate(WRONG)])
+def test_typical_mistake_is_diagnosed(name, fn, message, capsys):
+    ok, out = run_check(exercises.get(name), fn, capsys)
+    assert not ok, out
+    assert message in out, out
+    assert "Correct!" not in out
+
+
+MISTAKES = [(ex, i) for ex in ALL for i in range(len(ex.mistakes))]
+
+
+@pytest.mark.parametrize(("ex", "i"), MISTAKES, ids=[f"{ex.name}-{i}" for ex, i in MISTAKES])
+def test_every_registered_mistake_fails_and_is_named(ex, i, capsys):
+    # no typical mistake is dead (right on every input), and each one gets its own diagnosis, or,
+    # where numpy refuses its shapes, the advice for that exception
+    mistake = ex.mistakes[i]
+    ok, out = run_check(ex, mistake.fn, capsys)
+    assert not ok, out
+    assert " ".join(mistake.message.split()) in out or (
+        "raised" in out and any(" ".join(advice.split()) in out
+                                for _, advice in ex.exception_hints)), out
+
+
+# --------------------------------------------------------------------------------------------------
+# Every rule a task states is exercised: an answer that breaks only that rule fails
+# --------------------------------------------------------------------------------------------------
+def test_the_cases_contain_what_the_tasks_promise():
+    for ex in ATTENTION:
+        titles = [c.title for c in ex.cases()]
+        assert any(c.args[0].shape[-2] == 1 for c in ex.cases()), (ex.name, titles)  # one token
+        assert any(c.args[0].shape[-1] not in (4, 8, 16, 32, 64) for c in ex.cases()), ex.name
+        if ex.name not in CAUSAL_FORMS:  # causal forms: N_q = N_k
+            assert any(c.args[0].shape[-2] != c.args[1].shape[-2] for c in ex.cases()), ex.name
+    for ex in WITH_PHI:
+        if ex.name in NO_DENOMINATOR:
+            continue
+        # relu features with a denominator exactly 0 and one in (0, eps)
+        dens = []
+        for case in ex.cases():
+            q, k, phi = case.args[0], case.args[1], case.args[ex.arg_names.index("phi")]
+            dens.append(phi(q) @ phi(k).sum(-2)[..., None] if ex.name not in CAUSAL_FORMS
+                        else np.einsum("...nf,...nf->...n", phi(q), np.cumsum(phi(k), -2)))
+        assert any((d == 0).any() for d in dens), ex.name
+        assert any(((d > 0) & (d < 1e-6)).any() for d in dens), ex.name
+
+
+# --------------------------------------------------------------------------------------------------
+# Adversarial return values: check() never raises and never passes them
+# --------------------------------------------------------------------------------------------------
+class Hostile:
+    """An object every operation of which raises."""
+
+    def _boom(self, *args, **kwargs):
+        raise RuntimeError("hostile object")
+
+    __array__ = __len__ = __iter__ = __eq__ = __bool__ = __float__ = __int__ = __index__ = _boom
+    __str__ = __repr__ = __format__ = __getitem__ = __hash__ = _boom
+    __complex__ = _boom
+
+
+class BadArray:
+    def __array__(self, *args, **kwargs):
+        raise ValueError("no array for you")
+
+
+def _ragged(*args):
+    return [[1.0, 2.0], [3.0]]
+
+
+WEIRD = {
+    "generator_expression": lambda *a: (x for x in range(3)),
+    "iterator": lambda *a: iter([1.0, 2.0]),
+    "object": lambda *a: object(),
+    "hostile_object": lambda *a: Hostile(),
+    "array_raises": lambda *a: BadArray(),
+    "string": lambda *a: "the answer",
+    "bytes": lambda *a: b"\x00\x01",
+    "dict": lambda *a: {"y": 1.0},
+    "set": lambda *a: {1.0, 2.0},
+    "ellipsis": lambda *a: ...,
+    "huge_int": lambda *a: 10**400,
+    "int_beyond_str_limit": lambda *a: 10**5000,
+    "huge_negative_int": lambda *a: -(10**400),
+    "negative_int": lambda *a: -5,
+    "nan": lambda *a: float("nan"),
+    "inf": lambda *a: float("inf"),
+    "complex": lambda *a: complex(1, 2),
+    "true": lambda *a: True,
+    "numpy_bool": lambda *a: np.bool_(False),
+    "string_array": lambda *a: np.array(["a", "b"]),
+    "object_array": lambda *a: np.array([object(), None]),
+    "datetime": lambda *a: np.datetime64("2024-01-01"),
+    "function": lambda *a: (lambda: 0),
+    "class": lambda *a: int,
+    "ragged_list": _ragged,
+    "empty_array": lambda *a: np.empty((0,)),
+    "empty_tuple": lambda *a: (),
+    "tuple_of_hostiles": lambda *a: (Hostile(), Hostile(), Hostile()),
+    "huge_uint64": lambda *a: np.uint64(2**64 - 1),
+    "int8_overflowed": lambda *a: np.int8(-128),
+}
+
+
+@pytest.mark.parametrize("ex", ALL, ids=IDS)
+@pytest.mark.parametrize("what", list(WEIRD))
+def test_weird_return_values_never_raise(ex, what, capsys):
+    ok, out = run_check(ex, WEIRD[what], capsys)
+    assert not ok, out
+    assert out.startswith("Not yet"), out
+    assert "Traceback" not in out
+
+
+def _gen_solution(ex):
+    def fn(*args):
+        yield ex.solution_fn(*args)
+    return fn
+
+
+@pytest.mark.parametrize("ex", ALL, ids=IDS)
+def test_yield_instead_of_return(ex, capsys):
+    ok, out = run_check(ex, _gen_solution(ex), capsys)
+    assert not ok
+    assert "generator" in out and "yield" in out
+
+
+@pytest.mark.parametrize("ex", ARRAY, ids=[e.name for e in ARRAY])
+def test_list_and_tuple_answers(ex, capsys):
+    ok, out = run_check(ex, lambda *a: ex.solution_fn(*a).tolist(), capsys)
+    assert not ok and "Python list" in out and "np.asarray" in out
+    ok, out = run_check(ex, lambda *a: (ex.solution_fn(*a), ex.solution_fn(*a)), capsys)
+    assert not ok and "tuple of 2 items" in out
+
+
+@pytest.mark.parametrize("ex", ARRAY, ids=[e.name for e in ARRAY])
+@pytest.mark.parametrize(("dtype", "message"), [(np.complex128, "complex values"),
+                                                (np.bool_, "booleans"),
+                                                (np.float16, "float16"),
+                                                (object, "Python objects"),
+                                                (np.int64, "Not yet")])
+def test_numpy_dtypes_of_the_answer(ex, dtype, message, capsys):
+    ok, out = run_check(ex, lambda *a: np.asarray(ex.solution_fn(*a)).astype(dtype), capsys)
+    assert not ok and message in out, out
+
+
+@pytest.mark.parametrize("ex", ARRAY, ids=[e.name for e in ARRAY])
+def test_nan_answers(ex, capsys):
+    ok, out = run_check(ex, lambda *a: np.full_like(ex.solution_fn(*a), np.nan), capsys)
+    assert not ok and "NaN or inf" in out
+
+    def one_nan(*a):
+        y = ex.solution_fn(*a).copy()
+        y.flat[-1] = np.nan
+        return y
+
+    ok, out = run_check(ex, one_nan, capsys)
+    assert not ok and "NaN or inf in 1 of" in out
+
+
+@pytest.mark.parametrize("ex", [e for e in ARRAY if e.name != "elu_plus_one"],
+                         ids=[e.name for e in ARRAY if e.name != "elu_plus_one"])
+def test_transposed_answer_is_named(ex, capsys):
+    ok, out = run_check(ex, lambda *a: sw(ex.solution_fn(*a)), capsys)
+    assert not ok and "transposed" in out, out
+
+
+@pytest.mark.parametrize("ex", ARRAY, ids=[e.name for e in ARRAY])
+def test_float32_answer_is_told_apart_from_a_wrong_formula(ex, capsys):
+    ok, out = run_check(ex, lambda *a: ex.solution_fn(*a).astype(np.float32), capsys)
+    assert not ok
+    assert "float32" in out and "rounding" in out and "relative error" in out, out
+    # the digits shown tell the two numbers apart
+    m = re.search(r"expected (\S+), got (\S+) \(relative error", out)
+    assert m and m.group(1) != m.group(2), out
+    ok, out = run_check(ex, lambda *a: (ex.solution_fn(*a) * 1.5).astype(np.float32), capsys)
+    assert not ok and "larger than float32 rounding explains" in out, out
+
+
+@pytest.mark.parametrize("ex", ARRAY, ids=[e.name for e in ARRAY])
+def test_small_systematic_error_is_not_called_a_mistake_it_is_not(ex, capsys):
+    ok, out = run_check(ex, lambda *a: ex.solution_fn(*a) * (1 + 3e-7), capsys)
+    assert not ok
+    assert "the error is small (relative 3.0e-07)" in out, out
+    assert "Likely cause: you" not in out
+
+
+@pytest.mark.parametrize("ex", ALL, ids=IDS)
+@pytest.mark.parametrize("error", [ValueError("bad value"), ZeroDivisionError("division by zero"),
+                                   MemoryError(), StopIteration(), GeneratorExit(),
+                                   SystemExit(3), NotImplementedError("todo")],
+                         ids=lambda e: type(e).__name__)
+def test_every_exception_is_reported(ex, error, capsys):
+    def fn(*args):
+        raise error
+
+    ok, out = run_check(ex, fn, capsys)
+    assert not ok and f"raised {type(error).__name__}" in out, out
+    if isinstance(error, SystemExit):
+        assert "exit()" in out
+
+
+class Unprintable(Exception):
+    def __str__(self):
+        raise RuntimeError("cannot print me")
+
+
+class NotAnException(BaseException):
+    pass
+
+
+@pytest.mark.parametrize("ex", ALL, ids=IDS)
+def test_odd_exceptions_are_reported(ex, capsys):
+    def unprintable(*args):
+        raise Unprintable()
+
+    def base(*args):
+        raise NotAnException("below Exception")
+
+    def recursive(*args):
+        return recursive(*args)
+
+    for fn, name in [(unprintable, "Unprintable"), (base, "NotAnException"),
+                     (recursive, "RecursionError")]:
+        ok, out = run_check(ex, fn, capsys)
+        assert not ok and f"raised {name}" in out, out
+
+
+@pytest.mark.parametrize("ex", ALL, ids=IDS)
+def test_keyboard_interrupt_stops_check(ex, capsys):
+    def fn(*args):
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        ex.check(fn)
+
+
+# --------------------------------------------------------------------------------------------------
+# torch answers: any dtype, grad, device-free
+# --------------------------------------------------------------------------------------------------
+try:
+    import torch
+except ImportError:  # the numpy checks still run without torch
+    torch = None
+needs_torch = pytest.mark.skipif(torch is None, reason="torch is not installed")
+
+TORCH_BAD = ["float32", "bfloat16", "float16", "complex128", "bool", "int64", "uint8"]
+
+
+@needs_torch
+@pytest.mark.parametrize("ex", ARRAY, ids=[e.name for e in ARRAY])
+def test_torch_answers_of_every_dtype(ex, capsys):
+    def as_torch(dtype, grad=False):
+        def fn(*args):
+            y = torch.from_numpy(np.array(ex.solution_fn(*args), order="C")).to(dtype)
+            return y.requires_grad_() if grad else y
+        return fn
+
+    ok, out = run_check(ex, as_torch(torch.float64, grad=True), capsys)
+    assert ok, out  # the right numbers in float64, as a tensor that requires grad
+    for name in TORCH_BAD:
+        ok, out = run_check(ex, as_torch(getattr(torch, name)), capsys)
+        assert not ok and out.startswith("Not yet"), (name, out)
+    ok, out = run_check(ex, as_torch(torch.bfloat16), capsys)
+    assert "bfloat16" in out, out
+
+
+@needs_torch
+def test_torch_answers_for_the_other_kinds(capsys):
+    ex = exercises.tradeoffs.kv_cache_bytes
+    ok, out = run_check(ex, lambda *a: torch.tensor(ex.solution_fn(*a)), capsys)
+    assert not ok and "expected an int number of bytes" in out
+    step = exercises.causal.streaming_step
+
+    def triple(dtype):
+        return lambda *a: tuple(torch.from_numpy(np.asarray(x)).to(dtype)
+                                for x in step.solution_fn(*a))
+
+    assert run_check(step, triple(torch.float64), capsys)[0]
+    ok, out = run_check(step, triple(torch.bfloat16), capsys)
+    assert not ok and "Not yet" in out
+
+
+@needs_torch
+def test_torch_quadratic_memory_is_seen(capsys):
+    def torch_quadratic(q, k, v, phi):
+        q, k, v = (torch.from_numpy(x) for x in (q, k, v))
+        A = phi(q) @ phi(k).transpose(-1, -2)                  # (..., N, N) in torch
+        return (A @ v / A.sum(-1, keepdim=True).clamp_min(1e-6)).numpy()
+
+    def torch_mask(q, k, v, phi):
+        n = q.shape[-2]
+        mask = torch.ones(n, n, dtype=torch.bool).tril()       # N x N booleans, unused
+        return SOL["causal_cumsum"](q, k, v, phi) + 0 * int(mask.sum())
+
+    for ex, fn in [(exercises.associative.associative_form, torch_quadratic),
+                   (exercises.causal.prefix_sums, torch_mask)]:
+        ok, out = run_check(ex, fn, capsys)
+        assert not ok and "Almost!" in out and "N x N" in out, out
+
+
+def test_numpy_boolean_mask_is_seen(capsys):
+    def with_mask(q, k, v, phi):
+        mask = np.tril(np.ones((q.shape[-2], q.shape[-2]), dtype=bool))  # N x N, unused
+        return SOL["causal_cumsum"](q, k, v, phi) + 0 * mask.sum()
+
+    ok, out = run_check(exercises.causal.prefix_sums, with_mask, capsys)
+    assert not ok and "Almost!" in out and "N x N" in out
+
+
+# --------------------------------------------------------------------------------------------------
+# Nothing the function does changes what it is compared with
+# --------------------------------------------------------------------------------------------------
+def _mutate_all(args):
+    for a in args:
+        if isinstance(a, np.ndarray):
+            a[...] = 0.0
+
+
+@pytest.mark.parametrize("ex", WITH_ARRAYS, ids=[e.name for e in WITH_ARRAYS])
+def test_mutating_inputs_after_answering_is_caught(ex, capsys):
+    def fn(*args):
+        out = ex.solution_fn(*[a.copy() if isinstance(a, np.ndarray) else a for a in args])
+        _mutate_all(args)
+        return out
+
+    ok, out = run_check(ex, fn, capsys)
+    assert not ok and "changed its input" in out, out
+
+
+@pytest.mark.parametrize("ex", WITH_ARRAYS, ids=[e.name for e in WITH_ARRAYS])
+def test_mutating_inputs_then_answering_on_them_is_caught(ex, capsys):
+    def fn(*args):
+        for a in args:
+            if isinstance(a, np.ndarray):
+                a *= 2.0
+        return ex.solution_fn(*args)
+
+    ok, out = run_check(ex, fn, capsys)
+    assert not ok and "changed its input" in out, out
+
+
+@pytest.mark.parametrize("ex", WITH_PHI + [exercises.causal.streaming_step],
+                         ids=[e.name for e in WITH_PHI] + ["streaming_step"])
+def test_redrawing_the_performer_is_caught(ex, capsys):
+    def fn(*args):
+        phi = args[ex.arg_names.index("phi")]
+        if hasattr(phi, "redraw"):
+            phi.redraw(seed=12345)  # a new projection for this call
+        return ex.solution_fn(*args)
+
+    ok, out = run_check(ex, fn, capsys)
+    assert not ok and "changed the feature map `phi`" in out, out
+
+
+@pytest.mark.parametrize("ex", ALL, ids=IDS)
+def test_reseeding_global_generators_changes_nothing(ex, capsys):
+    def fn(*args):  # the legacy global generator is what a reader's code might reseed
+        np.random.seed(0)  # noqa: NPY002
+        np.random.standard_normal(100)  # noqa: NPY002
+        if torch is not None:
+            torch.manual_seed(0)
+        return ex.solution_fn(*args)
+
+    state = np.random.get_state()  # noqa: NPY002
+    torch_state = None if torch is None else torch.random.get_rng_state()
+    try:
+        ok, out = run_check(ex, fn, capsys)
+    finally:
+        np.random.set_state(state)  # noqa: NPY002
+        if torch is not None:
+            torch.random.set_rng_state(torch_state)
+    assert ok, out
+
+
+LIBRARY = ["softmax_attention", "kernel_attention", "linear_attention", "get_feature_map"]
+
+
+@pytest.mark.parametrize("ex", ARRAY, ids=[e.name for e in ARRAY])
+def test_patching_the_library_does_not_change_the_expected_answer(ex, capsys, monkeypatch):
+    def fn(*args):
+        for name in LIBRARY:  # make the library agree with this wrong answer
+            monkeypatch.setattr(linattn_core, name, lambda *a, **k: np.zeros(3))
+        return np.zeros_like(ex.solution_fn(*args))
+
+    ok, out = run_check(ex, fn, capsys)
+    assert not ok and "Not yet" in out, out
+
+
+@pytest.mark.parametrize("ex", ARRAY, ids=[e.name for e in ARRAY])
+def test_views_of_the_inputs_are_not_answers(ex, capsys):
+    ok, out = run_check(ex, lambda *a: a[-2] if ex.arg_names[-1] == "phi" else a[0], capsys)
+    assert not ok and "Not yet" in out
+
+
+def test_check_restores_nothing_global(capsys):
+    # check() leaves numpy's error state, warning filters and tracemalloc as they were, even when
+    # the function changes them
+    import tracemalloc
+    import warnings
+
+    def rude(q, k, v):
+        np.seterr(all="raise")
+        warnings.simplefilter("error")
+        return SOL["softmax_attention"](q, k, v)
+
+    before, filters = np.geterr(), list(warnings.filters)
+    run_check(exercises.associative.associative_form, SOL["associative_attention"], capsys)
+    run_check(exercises.softmax.attention, sm_unstable, capsys)
+    run_check(exercises.softmax.attention, rude, capsys)
+    assert np.geterr() == before
+    assert list(warnings.filters) == filters
+    assert not tracemalloc.is_tracing()
+
+
+# --------------------------------------------------------------------------------------------------
+# Feedback: digits, position, and no diagnosis a degenerate input cannot support
+# --------------------------------------------------------------------------------------------------
+def test_wrong_values_report_position_and_size(capsys):
+    def off_in_one_place(q, k, v):
+        out = SOL["softmax_attention"](q, k, v)
+        if out.shape[-2] >= 7:  # wrong only from the third input (N = 7) on
+            out[..., 6, 1] += 0.25
+        return out
+
+    ok, out = run_check(exercises.softmax.attention, off_in_one_place, capsys)
+    assert not ok
+    assert "Input #3 of 8" in out and "first at index [6, 1]" in out
+    assert "largest error |got - expected| = 2.50e-01" in out
+    assert re.search(r"expected -?\d\.\d{9}\d*, got -?\d\.\d{9}", out), out
+    assert "Inputs #1 to #2 were right" in out
+    assert "Likely cause" not in out  # a one-off error matches no typical mistake
+
+
+def test_wrong_shape_names_both_shapes(capsys):
+    def squeezed(q, k, v):
+        return SOL["softmax_attention"](q, k, v)[..., 0]
+
+    ok, out = run_check(exercises.softmax.attention, squeezed, capsys)
+    assert not ok
+    assert "expected (5, 3), got (5,)" in out
+
+
+def test_one_token_ambiguity_lists_every_cause(capsys):
+    # With one key, every weighting of the keys gives v: a softmax that is wrong only on one token
+    # must not be blamed on any one softmax mistake.
+    def wrong_on_one_token(q, k, v):
+        out = SOL["softmax_attention"](q, k, v)
+        return out * 2 if q.shape[-2] == 1 else out
+
+    ok, out = run_check(exercises.softmax.attention, wrong_on_one_token, capsys)
+    assert not ok and "Input #2 of 8 (one token" in out
+    assert "Likely cause" not in out and "cannot tell" not in out
+
+
+def test_batch_advice_only_when_a_slice_is_right(capsys):
+    ex = exercises.softmax.attention
+    batched = next(c for c in ex.cases() if c.batch_ndim == 2)
+    first = batched.args[0].flat[0]
+
+    def wrong_on_its_first_slice(q, k, v):  # wrong on the batch and on its slice [0, 0]
+        out = SOL["softmax_attention"](q, k, v)
+        return out + 1 if q.flat[0] == first else out
+
+    ok, out = run_check(ex, wrong_on_its_first_slice, capsys)
+    assert not ok and "batch dims (2, 3)" in out
+    assert "right on one slice" not in out
+
+    def wrong_only_batched(q, k, v):
+        out = SOL["softmax_attention"](q, k, v)
+        return out + 1 if q.ndim > 2 else out
+
+    ok, out = run_check(ex, wrong_only_batched, capsys)
+    assert not ok and "right on one slice" in out
+
+    def raises_on_its_first_slice(q, k, v):
+        if q.flat[0] == first:
+            raise ValueError("something unrelated to batches")
+        return SOL["softmax_attention"](q, k, v)
+
+    ok, out = run_check(ex, raises_on_its_first_slice, capsys)
+    assert not ok and "raised ValueError" in out
+    assert "works without batch dimensions" not in out
+
+
+def test_structured_arrays_are_not_numbers(capsys):
+    ex = exercises.softmax.attention
+    ok, out = run_check(ex, lambda q, k, v: np.zeros((5, 3), dtype=[("a", "f8"), ("b", "i4")]),
+                        capsys)
+    assert not ok and "expected numbers" in out
+
+
+# --------------------------------------------------------------------------------------------------
+# The exercises' own references agree with the library
+# --------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize(("d", "m"), [(4, 6), (8, 3), (4, 16), (3, 5)])
+def test_performer_reference_matches_library(d, m):
+    fm = get_feature_map("performer", d=d, num_features=m, seed=3, stabilize=False)
+    x = np.random.default_rng(0).standard_normal((2, 7, d))
+    ref = exercises.feature_maps.ref_performer_features
+    assert_close(ref(x, fm.projection), fm(x), what="performer")
+    assert_close(SOL["performer_features"](x, fm.projection), fm(x), what="solution")
+
+
+@pytest.mark.parametrize("feature_map", ["elu+1", "performer", "relu"])
+def test_streaming_reference_matches_library(feature_map):
+    d, d_v, n = 4, 3, 9
+    phi = (get_feature_map("performer", d=d, num_features=6, seed=1, stabilize=False)
+           if feature_map == "performer" else get_feature_map(feature_map))
+    q, k = np.random.default_rng(1).standard_normal((2, n, d))
+    v = np.random.default_rng(2).standard_normal((n, d_v))
+    state = LinearAttentionState(d, d_v, phi)
+    S, z = np.zeros_like(state.S), np.zeros_like(state.z)
+    ys = []
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # relu: denominators <= 0 are clamped, and said so
+        for t in range(n):
+            S, z, y = exercises.causal.ref_streaming_step(S, z, q[t], k[t], v[t], phi)
+            assert_close(y, state.step(q[t], k[t], v[t]), what=f"step {t}")
+            ys.append(y)
+        assert_close(np.stack(ys), linear_attention(q, k, v, phi, causal=True), what="causal")
+    assert_close(S, state.S, what="S")
+    assert_close(z, state.z, what="z")
+    if feature_map != "relu":
+        assert_close(ys[0], v[0], what="y_0 = v_0")
+
+
+def test_solutions_agree_with_the_quadratic_reference():
+    rng = np.random.default_rng(5)
+    q, k = rng.standard_normal((2, 2, 3, 9, 4))
+    v = rng.standard_normal((2, 3, 9, 5))
+    phi = get_feature_map("elu+1")
+    for causal, name in [(False, "kernel_attention"), (False, "associative_attention"),
+                         (True, "causal_cumsum")]:
+        assert_close(SOL[name](q, k, v, phi), kernel_attention(q, k, v, phi, causal=causal),
+                     what=name)
+    assert_close(SOL["softmax_attention"](q, k, v), softmax_attention(q, k, v), what="softmax")
+
+
+@pytest.mark.parametrize(("d_phi", "d_v"), [(64, 64), (256, 64), (16, 128), (7, 3), (1, 1)])
+def test_crossover_is_the_cost_model_crossover(d_phi, d_v):
+    # the exercise's answer is the one cost model's, which the chapter quotes
+    from linattn_core.tools import timing
+
+    expected = timing.flop_crossover("kernel", "linear", d=d_phi, d_v=d_v, d_phi=d_phi)
+    ex = exercises.associative.crossover
+    assert_close(np.float64(ex.reference(d_phi, d_v)), np.float64(expected), what="reference")
+    assert_close(np.float64(ex.solution_fn(d_phi, d_v)), np.float64(expected), what="solution")
+
+
+def cl_half(d_phi, d_v):
+    return d_phi * d_v / (d_phi + d_v)
+
+
+def cl_floor(d_phi, d_v):
+    return 2 * d_phi * d_v // (d_phi + d_v)
+
+
+def cl_with_normalizer(d_phi, d_v):
+    return 2 * d_phi * (d_v + 1) / (d_phi + d_v + 1)
+
+
+@pytest.mark.parametrize(("fn", "message"), [(cl_half, "off by a factor 2"),
+                                             (cl_floor, "integer division"),
+                                             (cl_with_normalizer, "normalizer terms")])
+def test_crossover_mistakes(fn, message, capsys):
+    ok, out = run_check(exercises.associative.crossover, fn, capsys)
+    assert not ok and message in out, out
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_score_matrix_bytes_matches_stored_weights(dtype):
+    q, k, v = np.random.default_rng(6).standard_normal((3, 2, 3, 7, 4)).astype(dtype)
+    _, weights = softmax_attention(q, k, v, return_weights=True)
+    assert SOL["score_matrix_bytes"](7, 6, np.dtype(dtype).itemsize) == weights.nbytes
+
+
+@pytest.mark.parametrize(("d", "d_v", "t"), [(4, 3, 0), (4, 3, 1), (8, 5, 7), (2, 6, 40)])
+def test_kv_cache_bytes_matches_kvcache(d, d_v, t):
+    cache = KVCache(d, d_v)
+    rng = np.random.default_rng(t)
+    for _ in range(t):
+        cache.append(rng.standard_normal(d), rng.standard_normal(d_v))
+    assert SOL["kv_cache_bytes"](t, d, d_v, 8) == cache.nbytes
+
+
+def test_delta_loop_solution_is_the_library_recurrence():
+    from linattn_core.delta import delta_rule_attention
+
+    rng = np.random.default_rng(8)
+    q, k = rng.standard_normal((2, 12, 5))
+    v, beta = rng.standard_normal((12, 2)), rng.uniform(0.0, 2.0, 12)
+    for method in ("recurrent", "chunked"):
+        assert_close(SOL["delta_loop"](q, k, v, beta),
+                     delta_rule_attention(q, k, v, beta, method=method), what=method)
+
+
+def test_clamped_normalize_is_the_library_clamp():
+    # With the identity map, some denominators are negative; the library clamps them with
+    # max(den, eps), which is exactly clamped_normalize applied to the numerator and denominator.
+    rng = np.random.default_rng(7)
+    q, k = rng.standard_normal((2, 8, 4))
+    v = rng.standard_normal((8, 3))
+    A = q @ k.T
+    eps = 1e-3
+    assert (A.sum(-1) < eps).any()  # the input really exercises the clamp
+    with pytest.warns(RuntimeWarning):
+        lib = kernel_attention(q, k, v, "identity", eps=eps)
+    assert_close(SOL["clamped_normalize"](A @ v, A.sum(-1), eps), lib, what="clamp")
+
+
+# --------------------------------------------------------------------------------------------------
+# The chapters' exercise cells: stubs show feedback, solutions assert, every name resolves
+# --------------------------------------------------------------------------------------------------
+BOOK = Path(__file__).resolve().parents[2] / "book"
+CALL = re.compile(r"(exercises(?:\.\w+)+)\.(check|hint|solution)\(")
+
+
+def _code_cells(text):
+    return re.findall(r"```\{code-cell\}[^\n]*\n(.*?)```", text, flags=re.S)
+
+
+def _solution_blocks(text):
+    return re.findall(r"````\{solution-start\}.*?````\{solution-end\}", text, flags=re.S)
+
+
+CHAPTERS = sorted({ex.chapter for ex in ALL})
+
+
+@pytest.mark.parametrize("chapter", CHAPTERS)
+def test_chapter_exercise_cells(chapter):
+    text = (BOOK / f"{chapter}.md").read_text(encoding="utf-8")
+    paths = {m.group(1) for m in CALL.finditer(text)}
+    expected = {ex.path for ex in ALL if ex.chapter == chapter}
+    assert expected <= paths, (chapter, expected - paths)
+    for path in paths:
+        assert isinstance(resolve(path), exercises.Exercise), path
+    solutions = _solution_blocks(text)
+    for cell in _code_cells(text):
+        for line in cell.splitlines():
+            if ".check(" not in line:
+                continue
+            in_solution = any(cell in block for block in solutions)
+            if in_solution:  # a wrong solution must fail the build
+                assert line.startswith("assert ") and line.split("(")[0].endswith(".check"), line
+            else:  # a stub's check shows feedback; asserting it would fail the build
+                assert not line.startswith("assert") and not line.rstrip().endswith(";"), line
+
+
+# --------------------------------------------------------------------------------------------------
+# book/instructors.md quotes the checker; keep the quote and the exercise table true
+# --------------------------------------------------------------------------------------------------
+INSTRUCTORS = BOOK / "instructors.md"
+
+
+@pytest.mark.skipif(not INSTRUCTORS.exists(), reason="book/instructors.md not written yet")
+def test_instructors_page_quotes_real_feedback(capsys):
+    text = INSTRUCTORS.read_text(encoding="utf-8")
+    block = text.split("```text\n", 1)[1].split("```", 1)[0]
+    ok, out = run_check(exercises.causal.prefix_sums, cc_strict, capsys)
+    assert not ok
+    for line in block.splitlines():
+        quoted = " ".join(line.split())
+        if quoted and "..." not in quoted:
+            assert quoted in out, f"instructors.md quotes {quoted!r}, check() prints {out!r}"
+    for m in CALL.finditer(text):
+        assert isinstance(resolve(m.group(1)), exercises.Exercise), m.group(1)
+
+
+@pytest.mark.skipif(not INSTRUCTORS.exists(), reason="book/instructors.md not written yet")
+def test_instructors_table_matches_the_exercises():
+    rows = {}
+    for line in INSTRUCTORS.read_text(encoding="utf-8").splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 5 and cells[0].startswith("`") and cells[0].strip("`") in exercises.EXERCISES:
+            rows[cells[0].strip("`")] = cells
+    assert set(rows) == set(exercises.EXERCISES)
+    for name, (_, chapter, stars, minutes, _) in rows.items():
+        ex = exercises.EXERCISES[name]
+        assert chapter.endswith(f"<{ex.chapter}>`"), (name, chapter)
+        assert stars == "★" * ex.difficulty, (name, stars)
+        assert minutes == f"{ex.minutes} min", (name, minutes)
