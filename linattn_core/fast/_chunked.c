@@ -7,10 +7,11 @@
  * written once; nothing of size N is allocated. The products are register-tiled FMA loops written
  * with GCC's vector extensions, compiled for AVX-512 and for AVX2 and chosen at run time.
  *
- * Threads take whole sequences (batch x heads), claimed one at a time. When there are fewer
- * sequences than threads, each sequence is split into segments: a first pass computes each
- * segment's state S, z (that part of the work twice), prefix sums give every segment the state it
- * starts from, and a second pass computes the outputs of all segments at once.
+ * One team of threads (run_team) does the work of every pass of the forward: its members claim work
+ * items one at a time. The items are whole sequences (batch x heads); when there are fewer sequences
+ * than threads, each sequence is split into segments: a first pass computes each segment's state
+ * S, z (that part of the work twice), prefix sums give every segment the state it starts from, and a
+ * second pass computes the outputs of all segments at once.
  *
  * Python calls this through linattn_core.fast.kernel, which checks the tensors first: the functions below
  * check sizes, but trust the addresses and contiguity they are given. All memory, the threads'
@@ -34,7 +35,7 @@ typedef struct {
     float eps;
 } Problem;
 
-/* One thread's view of the chunk buffers (see the top of _chunked_body.h). The sizes are padded
+/* One member's view of its chunk buffers (see the top of _chunked_body.h). The sizes are padded
  * for the instruction set: Cp and dvp to its vector length, dp to the tile height 4. */
 typedef struct {
     long d, dv, C, Cp, dp, dvp;
@@ -47,14 +48,18 @@ typedef struct {
     float *rden; /* (Cp): 1 / max(den, eps) */
 } Work;
 
-/* What each instruction set's kernel provides (see _chunked_body.h). All memory comes from the
- * caller's workspace (Python keeps it between calls), so a call allocates nothing. */
+/* What each instruction set's kernel provides: for the forward, the work of one item and the buffers
+ * it needs. All memory comes from the caller's workspace (Python keeps it between calls), so a call
+ * allocates nothing. A member's buffers (mem) are prepared once per pass, before its first item: the
+ * items then rely on the zero padding, not on anything an earlier item left there. */
 typedef struct {
     const char *name;
+    /* the forward pass (_chunked_body.h): floats of a segment's state and of a member's buffers;
+     * tokens [t0, t1) of sequence b, from (and moving) its state */
     long (*state_floats)(const Problem *p);
     long (*work_floats)(const Problem *p);
-    void (*work_init)(Work *w, const Problem *p, float *mem);
-    void (*run)(const Problem *p, Work *w, int pass, long b, long t0, long t1, float *state);
+    void (*work_prepare)(const Problem *p, float *mem);
+    void (*run)(const Problem *p, float *mem, int pass, long b, long t0, long t1, float *state);
     /* the backward pass (_chunked_back.h): one thread's floats; the gradients of a whole call */
     long (*back_floats)(const Problem *p);
     void (*backward)(const Problem *p, const float *dout, float *dq, float *dk, float *dv, int normalize,
@@ -117,7 +122,57 @@ static const Kernel *const KERNELS[] = {NULL};
 static int supported(const Kernel *k) { (void)k; return 0; }
 #endif
 
-/* --- threads ------------------------------------------------------------------------------------ */
+/* --- the thread team --------------------------------------------------------------------------- */
+
+/* One run of the team: the job, and the next unclaimed item. */
+typedef struct {
+    void (*start)(void *ctx, int member);
+    void (*work)(void *ctx, int member, long item);
+    void *ctx;
+    long items;
+    atomic_long next;
+} Team;
+
+typedef struct {
+    Team *team;
+    int id;
+} Member;
+
+static void *team_member(void *arg)
+{
+    Member *m = arg;
+    Team *t = m->team;
+    t->start(t->ctx, m->id);
+    long i;
+    while ((i = atomic_fetch_add(&t->next, 1)) < t->items) t->work(t->ctx, m->id, i);
+    return NULL;
+}
+
+/* Does work(ctx, member, item) for every item in 0 .. items-1 with a team of `threads` members (no
+ * more than MAX_THREADS, nor than items), member 0 being the calling thread; each member calls
+ * start(ctx, member) before its first item. The members claim the items one at a time, so a thread
+ * that cannot be started leaves its share to the others. Which member does an item depends on the
+ * timing: work must give the same result whichever it is. Returns when every item is done. */
+static void run_team(int threads, long items, void (*start)(void *ctx, int member),
+                     void (*work)(void *ctx, int member, long item), void *ctx)
+{
+    if (threads > MAX_THREADS) threads = MAX_THREADS;
+    if (threads > items) threads = items > 1 ? (int)items : 1;
+    Team t = {.start = start, .work = work, .ctx = ctx, .items = items};
+    atomic_store(&t.next, 0);
+    pthread_t ids[MAX_THREADS];
+    Member members[MAX_THREADS];
+    int started = 0;
+    for (int i = 0; i < threads; i++) members[i] = (Member){&t, i};
+    for (int i = 1; i < threads; i++) {
+        if (pthread_create(&ids[started], NULL, team_member, &members[i]) != 0) break;
+        started++;
+    }
+    team_member(&members[0]);
+    for (int i = 0; i < started; i++) pthread_join(ids[i], NULL);
+}
+
+/* --- the forward pass ---------------------------------------------------------------------------- */
 
 /* How a call is split: P segments of seg tokens per sequence, and where its memory goes. */
 typedef struct {
@@ -149,82 +204,57 @@ static long workspace_floats(const Plan *pl, const Problem *p)
     return p->nb * pl->P * pl->state_floats + pl->threads * pl->work_floats;
 }
 
+/* One pass of the forward, as the team's job. */
 typedef struct {
     const Problem *p;
     const Kernel *kern;
     const Plan *pl;
-    int pass;          /* 1: segment states only; 2: outputs */
-    long items;        /* work items of this pass */
-    float *states;     /* (nb * P, state_floats): the state each segment starts from */
-    float *work;       /* (threads, work_floats) */
-    atomic_long next;  /* the next unclaimed item */
-} Team;
+    int pass;       /* 1: segment states only; 2: outputs */
+    float *states;  /* (nb * P, state_floats): the state each segment starts from */
+    float *work;    /* (threads, work_floats) */
+} Forward;
 
-typedef struct {
-    Team *team;
-    int id;
-} Member;
-
-static void *team_member(void *arg)
+static void forward_start(void *ctx, int member)
 {
-    Member *m = arg;
-    Team *t = m->team;
-    const Plan *pl = t->pl;
-    Work w;
-    t->kern->work_init(&w, t->p, t->work + m->id * pl->work_floats);
-    long i;
-    while ((i = atomic_fetch_add(&t->next, 1)) < t->items) {
-        long b, s, slot;
-        if (t->pass == 1) { /* item = (sequence, segment < P - 1): its state goes to the next slot */
-            b = i / (pl->P - 1);
-            s = i % (pl->P - 1);
-            slot = b * pl->P + s + 1;
-        } else {
-            b = i / pl->P;
-            s = i % pl->P;
-            slot = b * pl->P + s;
-        }
-        long t0 = s * pl->seg, t1 = t0 + pl->seg < t->p->n ? t0 + pl->seg : t->p->n;
-        t->kern->run(t->p, &w, t->pass, b, t0, t1, t->states + slot * pl->state_floats);
-    }
-    return NULL;
+    Forward *f = ctx;
+    f->kern->work_prepare(f->p, f->work + member * f->pl->work_floats);
 }
 
-/* One pass: the members claim items until none is left. A thread that cannot be started leaves its
- * share to the others (the items are claimed, not assigned). */
-static void run_team(Team *t)
+static void forward_item(void *ctx, int member, long i)
 {
-    atomic_store(&t->next, 0);
-    pthread_t ids[MAX_THREADS];
-    Member members[MAX_THREADS];
-    int started = 0;
-    for (int i = 0; i < t->pl->threads; i++) members[i] = (Member){t, i};
-    for (int i = 1; i < t->pl->threads; i++) {
-        if (pthread_create(&ids[started], NULL, team_member, &members[i]) != 0) break;
-        started++;
+    Forward *f = ctx;
+    const Plan *pl = f->pl;
+    long b, s, slot;
+    if (f->pass == 1) { /* item = (sequence, segment < P - 1): its state goes to the next slot */
+        b = i / (pl->P - 1);
+        s = i % (pl->P - 1);
+        slot = b * pl->P + s + 1;
+    } else {
+        b = i / pl->P;
+        s = i % pl->P;
+        slot = b * pl->P + s;
     }
-    team_member(&members[0]);
-    for (int i = 0; i < started; i++) pthread_join(ids[i], NULL);
+    long t0 = s * pl->seg, t1 = t0 + pl->seg < f->p->n ? t0 + pl->seg : f->p->n;
+    f->kern->run(f->p, f->work + member * pl->work_floats, f->pass, b, t0, t1,
+                 f->states + slot * pl->state_floats);
 }
 
 static void forward(const Problem *p, const Kernel *kern, const Plan *pl, float *workspace)
 {
-    Team t = {.p = p, .kern = kern, .pl = pl, .states = workspace};
-    t.work = workspace + p->nb * pl->P * pl->state_floats;
-    memset(t.states, 0, (size_t)(p->nb * pl->P * pl->state_floats) * sizeof(float));
+    Forward f = {.p = p, .kern = kern, .pl = pl, .states = workspace};
+    f.work = workspace + p->nb * pl->P * pl->state_floats;
+    memset(f.states, 0, (size_t)(p->nb * pl->P * pl->state_floats) * sizeof(float));
     if (pl->P > 1) {
-        t.pass = 1;
-        t.items = p->nb * (pl->P - 1);
-        run_team(&t);
+        f.pass = 1;
+        run_team(pl->threads, p->nb * (pl->P - 1), forward_start, forward_item, &f);
         for (long b = 0; b < p->nb; b++) /* slot s <- the state after segments 0 .. s-1 */
             for (long s = 2; s < pl->P; s++) {
-                float *cur = t.states + (b * pl->P + s) * pl->state_floats, *prev = cur - pl->state_floats;
+                float *cur = f.states + (b * pl->P + s) * pl->state_floats, *prev = cur - pl->state_floats;
                 for (long j = 0; j < pl->state_floats; j++) cur[j] += prev[j];
             }
     }
-    t.pass = 2;
-    t.items = p->nb * pl->P;
-    run_team(&t);
+    f.pass = 2;
+    run_team(pl->threads, p->nb * pl->P, forward_start, forward_item, &f);
 }
 
 /* --- Python ------------------------------------------------------------------------------------- */

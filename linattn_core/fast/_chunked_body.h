@@ -330,7 +330,7 @@ static long FN(state_floats)(const Problem *p)
     return FLOATS_64(w.dp * w.dvp + w.dp);
 }
 
-/* One thread's buffers: Fq (Cp, d), FkT (dp, Cp), A (Cp, Cp), rden (Cp), and Vp (Cp, dvp) when d_v
+/* One member's buffers: Fq (Cp, d), FkT (dp, Cp), A (Cp, Cp), rden (Cp), and Vp (Cp, dvp) when d_v
  * is not a multiple of VL; each rounded up to 64 bytes. */
 static long FN(work_floats)(const Problem *p)
 {
@@ -339,12 +339,10 @@ static long FN(work_floats)(const Problem *p)
     return n + (w.dv % VL ? FLOATS_64(w.Cp * w.dvp) : 0);
 }
 
-/* Carve the buffers out of mem (work_floats of them, 64-byte aligned) and zero them: the padding
- * must read as zeros. */
-static void FN(work_init)(Work *w, const Problem *p, float *mem)
+/* The buffers carved out of mem (work_floats of them, 64-byte aligned). */
+static void FN(work_views)(Work *w, const Problem *p, float *mem)
 {
     *w = FN(layout)(p);
-    memset(mem, 0, (size_t)FN(work_floats)(p) * sizeof(float));
     w->Fq = mem;
     w->FkT = w->Fq + FLOATS_64(w->Cp * w->d);
     w->A = w->FkT + FLOATS_64(w->dp * w->Cp);
@@ -352,10 +350,19 @@ static void FN(work_init)(Work *w, const Problem *p, float *mem)
     w->Vp = w->dv % VL ? w->rden + FLOATS_64(w->Cp) : NULL;
 }
 
-/* One work item: tokens [t0, t1) of sequence b, from the state S, z = state, state + dp * dvp. Pass 1
- * only moves the state past the tokens; pass 2 writes their outputs too. */
-static void FN(run_item)(const Problem *p, Work *w, int pass, long b, long t0, long t1, float *state)
+/* A member's buffers before its first item: zeros, as the padding must read as zeros. */
+static void FN(work_prepare)(const Problem *p, float *mem)
 {
+    memset(mem, 0, (size_t)FN(work_floats)(p) * sizeof(float));
+}
+
+/* One work item: tokens [t0, t1) of sequence b, from the state S, z = state, state + dp * dvp, with
+ * a member's buffers mem. Pass 1 only moves the state past the tokens; pass 2 writes their outputs
+ * too. */
+static void FN(run_item)(const Problem *p, float *mem, int pass, long b, long t0, long t1, float *state)
+{
+    Work work, *w = &work;
+    FN(work_views)(w, p, mem);
     float *S = state, *z = state + w->dp * w->dvp;
     const float *Q = p->q + b * p->n * p->d, *K = p->k + b * p->n * p->d, *V = p->v + b * p->n * p->dv;
     if (pass == 1) {
