@@ -7,11 +7,12 @@
  * written once; nothing of size N is allocated. The products are register-tiled FMA loops written
  * with GCC's vector extensions, compiled for AVX-512 and for AVX2 and chosen at run time.
  *
- * One team of threads (run_team) does the work of every pass of the forward: its members claim work
- * items one at a time. The items are whole sequences (batch x heads); when there are fewer sequences
- * than threads, each sequence is split into segments: a first pass computes each segment's state
- * S, z (that part of the work twice), prefix sums give every segment the state it starts from, and a
- * second pass computes the outputs of all segments at once.
+ * One team of threads (run_team) does the work of every pass, forward and backward: its members
+ * claim work items one at a time. The forward's items are whole sequences (batch x heads); when there
+ * are fewer sequences than threads, each sequence is split into segments: a first pass computes each
+ * segment's state S, z (that part of the work twice), prefix sums give every segment the state it
+ * starts from, and a second pass computes the outputs of all segments at once. The backward's items
+ * are whole sequences. The instruction sets' files only do the work of one item.
  *
  * Python calls this through linattn_core.fast.kernel, which checks the tensors first: the functions below
  * check sizes, but trust the addresses and contiguity they are given. All memory, the threads'
@@ -35,6 +36,13 @@ typedef struct {
     float eps;
 } Problem;
 
+/* The backward pass of a call: dout (nb, n, dv) in; dq, dk (nb, n, d) and dv (nb, n, dv) out. */
+typedef struct {
+    const float *dout;
+    float *dq, *dk, *dv;
+    int normalize;  /* the gradient of out = num / max(den, eps), or (0) of the numerator alone */
+} Grads;
+
 /* One member's view of its chunk buffers (see the top of _chunked_body.h). The sizes are padded
  * for the instruction set: Cp and dvp to its vector length, dp to the tile height 4. */
 typedef struct {
@@ -48,10 +56,10 @@ typedef struct {
     float *rden; /* (Cp): 1 / max(den, eps) */
 } Work;
 
-/* What each instruction set's kernel provides: for the forward, the work of one item and the buffers
- * it needs. All memory comes from the caller's workspace (Python keeps it between calls), so a call
- * allocates nothing. A member's buffers (mem) are prepared once per pass, before its first item: the
- * items then rely on the zero padding, not on anything an earlier item left there. */
+/* What each instruction set's kernel provides: the work of one item and the buffers it needs, no
+ * threads. All memory comes from the caller's workspace (Python keeps it between calls), so a call
+ * allocates nothing. A member's buffers (mem) are prepared once per run of the team, before its
+ * first item: the items then rely on the zero padding, not on anything an earlier item left there. */
 typedef struct {
     const char *name;
     /* the forward pass (_chunked_body.h): floats of a segment's state and of a member's buffers;
@@ -60,10 +68,10 @@ typedef struct {
     long (*work_floats)(const Problem *p);
     void (*work_prepare)(const Problem *p, float *mem);
     void (*run)(const Problem *p, float *mem, int pass, long b, long t0, long t1, float *state);
-    /* the backward pass (_chunked_back.h): one thread's floats; the gradients of a whole call */
+    /* the backward pass (_chunked_back.h): floats of a member's buffers; the gradients of sequence b */
     long (*back_floats)(const Problem *p);
-    void (*backward)(const Problem *p, const float *dout, float *dq, float *dk, float *dv, int normalize,
-                     int threads, float *mem);
+    void (*back_prepare)(const Problem *p, float *mem);
+    void (*back_run)(const Problem *p, const Grads *g, float *mem, long b);
 } Kernel;
 
 /* Rows of the products in the backward pass: all of k, or a triangular a (zero above or below its
@@ -122,7 +130,7 @@ static const Kernel *const KERNELS[] = {NULL};
 static int supported(const Kernel *k) { (void)k; return 0; }
 #endif
 
-/* --- the thread team --------------------------------------------------------------------------- */
+/* --- the thread team ---------------------------------------------------------------------------- */
 
 /* One run of the team: the job, and the next unclaimed item. */
 typedef struct {
@@ -172,7 +180,7 @@ static void run_team(int threads, long items, void (*start)(void *ctx, int membe
     for (int i = 0; i < started; i++) pthread_join(ids[i], NULL);
 }
 
-/* --- the forward pass ---------------------------------------------------------------------------- */
+/* --- the forward pass --------------------------------------------------------------------------- */
 
 /* How a call is split: P segments of seg tokens per sequence, and where its memory goes. */
 typedef struct {
@@ -255,6 +263,35 @@ static void forward(const Problem *p, const Kernel *kern, const Plan *pl, float 
     }
     f.pass = 2;
     run_team(pl->threads, p->nb * pl->P, forward_start, forward_item, &f);
+}
+
+/* --- the backward pass -------------------------------------------------------------------------- */
+
+/* The backward, as the team's job: one item per sequence. */
+typedef struct {
+    const Problem *p;
+    const Kernel *kern;
+    const Grads *g;
+    float *work;  /* (threads, floats) */
+    long floats;  /* back_floats: per member */
+} Backward;
+
+static void backward_start(void *ctx, int member)
+{
+    Backward *bw = ctx;
+    bw->kern->back_prepare(bw->p, bw->work + member * bw->floats);
+}
+
+static void backward_item(void *ctx, int member, long b)
+{
+    Backward *bw = ctx;
+    bw->kern->back_run(bw->p, bw->g, bw->work + member * bw->floats, b);
+}
+
+static void backward(const Problem *p, const Kernel *kern, const Grads *g, int threads, float *workspace)
+{
+    Backward bw = {.p = p, .kern = kern, .g = g, .work = workspace, .floats = kern->back_floats(p)};
+    run_team(threads, p->nb, backward_start, backward_item, &bw);
 }
 
 /* --- Python ------------------------------------------------------------------------------------- */
@@ -378,9 +415,10 @@ static PyObject *py_backward(PyObject *self, PyObject *args)
                      team * kern->back_floats(&p));
         return NULL;
     }
+    Grads g = {(const float *)(uintptr_t)dout, (float *)(uintptr_t)dq, (float *)(uintptr_t)dk,
+               (float *)(uintptr_t)dvv, normalize};
     Py_BEGIN_ALLOW_THREADS
-    kern->backward(&p, (const float *)(uintptr_t)dout, (float *)(uintptr_t)dq, (float *)(uintptr_t)dk,
-                   (float *)(uintptr_t)dvv, normalize, team, (float *)(uintptr_t)ws);
+    backward(&p, kern, &g, team, (float *)(uintptr_t)ws);
     Py_END_ALLOW_THREADS
     Py_RETURN_NONE;
 }

@@ -2,8 +2,9 @@
  * file right after _chunked_body.h, with the same VL, NV_MAX, ISA and `#pragma GCC target`, and uses
  * that file's vector helpers (load, splat, phi, ...).
  *
- * One sequence at a time per thread. With g_i = dL/dnum_i (dout_i / c_i, c_i = max(den_i, eps), or
- * dout_i itself without the denominator), see linattn_core/linear_grad.py for the derivation:
+ * One work item is one sequence (the team in _chunked.c hands them out). With g_i = dL/dnum_i
+ * (dout_i / c_i, c_i = max(den_i, eps), or dout_i itself without the denominator), see
+ * linattn_core/linear_grad.py for the derivation:
  *
  *   pass 1, forwards:   keep the state before every chunk, S^T (d_v, f) and z (f); then
  *                       S^T += V_c^T Fk, z += colsum Fk
@@ -27,7 +28,7 @@
 #define vi FN(vi)
 #define INLINE static inline __attribute__((always_inline))
 
-/* Padded sizes and the buffers of one thread (floats; see back_init). */
+/* Padded sizes and the buffers of one member (floats; see back_views). */
 typedef struct {
     long d, dv, C, Cp, fp, dvp, chunks;
     int phi, normalize;
@@ -235,13 +236,54 @@ static void FN(chunk_back)(Back *w, const float *Q, const float *K, const float 
             for (long f = 0; f < d; f++) w->r[f] += w->beta[t] * w->Fq[t * fp + f];
 }
 
-/* One sequence b: pass 1 keeps the states, pass 2 walks the chunks back. */
-static void FN(back_sequence)(const Problem *p, const float *dout, float *dq, float *dk, float *dv, Back *w,
-                              long b)
+/* Floats of one member's buffers, every one rounded up to 64 bytes. */
+static long FN(back_floats)(const Problem *p)
 {
+    Back w = FN(back_layout)(p);
+    long cf = FLOATS_64(w.Cp * w.fp), cv = FLOATS_64(w.Cp * w.dvp), cc = FLOATS_64(w.Cp * w.Cp);
+    long sv = FLOATS_64(w.fp * w.dvp), c1 = FLOATS_64(w.Cp);
+    return 6 * cf + 3 * cv + FLOATS_64(w.fp * w.Cp) + FLOATS_64(w.dvp * w.Cp) + 2 * cc + 2 * sv
+           + FLOATS_64(w.fp) + 4 * c1 + FLOATS_64(w.chunks * (w.dvp * w.fp + w.fp));
+}
+
+/* Carve one member's buffers out of mem (back_floats of them, 64-byte aligned). */
+static void FN(back_views)(Back *w, const Problem *p, int normalize, float *mem)
+{
+    *w = FN(back_layout)(p);
+    w->normalize = normalize;
+    long cf = FLOATS_64(w->Cp * w->fp), cv = FLOATS_64(w->Cp * w->dvp), cc = FLOATS_64(w->Cp * w->Cp);
+    long sv = FLOATS_64(w->fp * w->dvp), c1 = FLOATS_64(w->Cp);
+    float *m = mem;
+#define TAKE(field, floats) (w->field = m, m += (floats))
+    TAKE(Fq, cf); TAKE(Dq, cf); TAKE(Fk, cf); TAKE(Dk, cf); TAKE(E, cf); TAKE(dFk, cf);
+    TAKE(Vpad, cv); TAKE(G, cv); TAKE(dVc, cv);
+    TAKE(FkT, FLOATS_64(w->fp * w->Cp)); TAKE(VT, FLOATS_64(w->dvp * w->Cp));
+    TAKE(A, cc); TAKE(P, cc); TAKE(R, sv); TAKE(RT, sv); TAKE(r, FLOATS_64(w->fp));
+    TAKE(den, c1); TAKE(rc, c1); TAKE(beta, c1); TAKE(ones, c1);
+    TAKE(states, FLOATS_64(w->chunks * (w->dvp * w->fp + w->fp)));
+#undef TAKE
+}
+
+/* A member's buffers before its first sequence: zeros (the padding must read as zeros), and the
+ * ones. */
+static void FN(back_prepare)(const Problem *p, float *mem)
+{
+    Back w;
+    FN(back_views)(&w, p, 0, mem);
+    memset(mem, 0, (size_t)FN(back_floats)(p) * sizeof(float));
+    for (long t = 0; t < w.Cp; t++) w.ones[t] = 1.0f;
+}
+
+/* One work item, the gradients of sequence b with a member's buffers mem: pass 1 keeps the states,
+ * pass 2 walks the chunks back. */
+static void FN(back_sequence)(const Problem *p, const Grads *g, float *mem, long b)
+{
+    Back work, *w = &work;
+    FN(back_views)(w, p, g->normalize, mem);
     long n = p->n, d = p->d, dvn = p->dv, C = p->C, sf = w->dvp * w->fp + w->fp;
     const float *Q = p->q + b * n * d, *K = p->k + b * n * d, *V = p->v + b * n * dvn;
-    const float *dO = dout + b * n * dvn;
+    const float *dO = g->dout + b * n * dvn;
+    float *dq = g->dq, *dk = g->dk, *dv = g->dv;
     memset(w->states, 0, (size_t)sf * sizeof(float));
     for (long c = 0; c + 1 < w->chunks; c++) {  /* state before chunk c + 1 = before c + chunk c */
         long c0 = c * C, L = n - c0 < C ? n - c0 : C;
@@ -265,79 +307,6 @@ static void FN(back_sequence)(const Problem *p, const float *dout, float *dq, fl
     }
 }
 
-/* Floats of one thread's buffers, every one rounded up to 64 bytes. */
-static long FN(back_floats)(const Problem *p)
-{
-    Back w = FN(back_layout)(p);
-    long cf = FLOATS_64(w.Cp * w.fp), cv = FLOATS_64(w.Cp * w.dvp), cc = FLOATS_64(w.Cp * w.Cp);
-    long sv = FLOATS_64(w.fp * w.dvp), c1 = FLOATS_64(w.Cp);
-    return 6 * cf + 3 * cv + FLOATS_64(w.fp * w.Cp) + FLOATS_64(w.dvp * w.Cp) + 2 * cc + 2 * sv
-           + FLOATS_64(w.fp) + 4 * c1 + FLOATS_64(w.chunks * (w.dvp * w.fp + w.fp));
-}
-
-/* Carve one thread's buffers out of mem (back_floats of them, 64-byte aligned) and zero them. */
-static void FN(back_init)(Back *w, const Problem *p, int normalize, float *mem)
-{
-    *w = FN(back_layout)(p);
-    w->normalize = normalize;
-    memset(mem, 0, (size_t)FN(back_floats)(p) * sizeof(float));
-    long cf = FLOATS_64(w->Cp * w->fp), cv = FLOATS_64(w->Cp * w->dvp), cc = FLOATS_64(w->Cp * w->Cp);
-    long sv = FLOATS_64(w->fp * w->dvp), c1 = FLOATS_64(w->Cp);
-    float *m = mem;
-#define TAKE(field, floats) (w->field = m, m += (floats))
-    TAKE(Fq, cf); TAKE(Dq, cf); TAKE(Fk, cf); TAKE(Dk, cf); TAKE(E, cf); TAKE(dFk, cf);
-    TAKE(Vpad, cv); TAKE(G, cv); TAKE(dVc, cv);
-    TAKE(FkT, FLOATS_64(w->fp * w->Cp)); TAKE(VT, FLOATS_64(w->dvp * w->Cp));
-    TAKE(A, cc); TAKE(P, cc); TAKE(R, sv); TAKE(RT, sv); TAKE(r, FLOATS_64(w->fp));
-    TAKE(den, c1); TAKE(rc, c1); TAKE(beta, c1); TAKE(ones, c1);
-    TAKE(states, FLOATS_64(w->chunks * (w->dvp * w->fp + w->fp)));
-#undef TAKE
-    for (long t = 0; t < w->Cp; t++) w->ones[t] = 1.0f;
-}
-
-/* Sequences are claimed one at a time by the threads of a call. */
-typedef struct {
-    const Problem *p;
-    const float *dout;
-    float *dq, *dk, *dv, *mem;
-    long floats;
-    int normalize;
-    atomic_long next;
-} FN(BackTeam);
-
-static void *FN(back_member)(void *arg)
-{
-    void **pair = arg;
-    FN(BackTeam) *t = pair[0];
-    long id = (long)(intptr_t)pair[1];
-    Back w;
-    FN(back_init)(&w, t->p, t->normalize, t->mem + id * t->floats);
-    long b;
-    while ((b = atomic_fetch_add(&t->next, 1)) < t->p->nb) FN(back_sequence)(t->p, t->dout, t->dq, t->dk, t->dv, &w, b);
-    return NULL;
-}
-
-static void FN(backward)(const Problem *p, const float *dout, float *dq, float *dk, float *dv, int normalize,
-                         int threads, float *mem)
-{
-    FN(BackTeam) t = {.p = p, .dout = dout, .dq = dq, .dk = dk, .dv = dv, .mem = mem,
-                      .floats = FN(back_floats)(p), .normalize = normalize};
-    atomic_store(&t.next, 0);
-    pthread_t ids[MAX_THREADS];
-    void *args[MAX_THREADS][2];
-    int started = 0;
-    for (int i = 0; i < threads; i++) {
-        args[i][0] = &t;
-        args[i][1] = (void *)(intptr_t)i;
-    }
-    for (int i = 1; i < threads; i++) {
-        if (pthread_create(&ids[started], NULL, FN(back_member), args[i]) != 0) break;
-        started++;
-    }
-    FN(back_member)(args[0]);
-    for (int i = 0; i < started; i++) pthread_join(ids[i], NULL);
-}
-
 static const Kernel FN(kernel) = {
     .name = STR(ISA),
     .state_floats = FN(state_floats),
@@ -345,7 +314,8 @@ static const Kernel FN(kernel) = {
     .work_prepare = FN(work_prepare),
     .run = FN(run_item),
     .back_floats = FN(back_floats),
-    .backward = FN(backward),
+    .back_prepare = FN(back_prepare),
+    .back_run = FN(back_sequence),
 };
 
 #undef Back
