@@ -86,7 +86,7 @@ def test_decay_gradcheck(method):
     [
         ({"decay": 0.0}, ValueError, "decay must lie in"),
         ({"decay": 1.5}, ValueError, "decay must lie in"),
-        ({"decay": np.full((2, 5), 1.2)}, ValueError, "decay gates must lie"),
+        ({"decay": np.full((2, 5), 1.2)}, ValueError, r"decay must lie in \(0, 1\]; 10 of its 10"),
         ({"decay": np.full((2, 4), 0.5)}, ValueError, r"decay has shape \(2, 4\)"),
         ({"decay": "fast"}, TypeError, "decay must be a number"),
         ({"method": "cumsum"}, ValueError, "method must be one of"),
