@@ -1,5 +1,5 @@
-"""The stored full-preset runs (results/full-KIND.json, and full-KIND-seed1.json with seed 1): what the
-training chapter's table shows.
+"""The stored full-preset runs (linattn_core/lm/results/full-KIND.json, and full-KIND-seed1.json with
+seed 1): what the training chapter's table shows.
 
 Each file must come from the current ``full`` preset, have run to its end, have learned from context,
 and reproduce: its first training losses, recomputed here from its configuration on the real text
@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, replace
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -18,11 +17,11 @@ from _tolerances import assert_close
 
 torch = pytest.importorskip("torch")
 
-from linattn_core.lm import data  # noqa: E402 - after the importorskip
+from linattn_core.lm import data, stored  # noqa: E402 - after the importorskip
 from linattn_core.lm import train as T  # noqa: E402
 from linattn_core.lm.model import KINDS  # noqa: E402
 
-RESULTS = Path(__file__).resolve().parents[2] / "results"
+RESULTS = stored.directory()  # linattn_core/lm/results/, installed with the package
 SEEDS = (0, 1)
 STORED = {(kind, seed): RESULTS / f"full-{kind}{'' if seed == 0 else f'-seed{seed}'}.json"
           for kind in KINDS for seed in SEEDS}

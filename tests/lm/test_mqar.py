@@ -5,16 +5,15 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict
-from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 from _tolerances import assert_close
 
-from linattn_core.lm import mqar
+from linattn_core.lm import mqar, stored
 
-STORED = Path(__file__).resolve().parents[2] / "results" / "mqar_full.json"
+STORED = stored.directory() / "mqar_full.json"  # installed with the package
 
 
 @pytest.fixture(autouse=True)
@@ -110,7 +109,7 @@ def test_bad_kind():
         mqar.train_recall("linear", 32, 2, 1)
 
 
-@pytest.mark.skipif(not STORED.is_file(), reason="results/mqar_full.json not stored")
+@pytest.mark.skipif(not STORED.is_file(), reason="linattn_core/lm/results/mqar_full.json not stored")
 def test_stored_full_run_reproduces_its_first_losses():
     stored = json.loads(STORED.read_text())
     run = stored["runs"][0]

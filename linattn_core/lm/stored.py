@@ -1,0 +1,52 @@
+"""The stored runs: the results of the book's long trainings, installed with the package.
+
+The training chapter shows runs that take too long to repeat while a page is built (the ``full``
+presets of ``python -m linattn_core.train`` and ``python -m linattn_core.mqar``). Their JSON results
+live in ``linattn_core/lm/results/`` and travel with the package as package data, so a chapter reads
+them the same way in a checkout, after ``pip install``, on Colab and on Binder::
+
+    from linattn_core.lm import stored
+
+    stored.names("full-*.json")        # ['full-decay-seed1.json', 'full-decay.json', ...]
+    run = stored.load("full-softmax.json")
+    run["final_val_loss"]
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+__all__ = ["directory", "load", "names", "path"]
+
+
+def directory() -> Path:
+    """The folder of the stored results, inside the installed package."""
+    # linattn_core is a regular package, so on a file system this is a plain Path
+    return Path(str(resources.files("linattn_core") / "lm" / "results"))
+
+
+def names(pattern: str = "*.json") -> list[str]:
+    """The stored files whose names match ``pattern`` (a shell pattern), sorted."""
+    folder = directory()
+    found = folder.iterdir() if folder.is_dir() else ()
+    return sorted(p.name for p in found if p.is_file() and fnmatch.fnmatchcase(p.name, pattern))
+
+
+def path(name: str) -> Path:
+    """The path of the stored file ``name`` (e.g. ``"mqar_full.json"``); a clear error if there is none."""
+    if not isinstance(name, str) or not name or Path(name).name != name:
+        raise ValueError(f"name must be a file name such as 'mqar_full.json', got {name!r}")
+    found = directory() / name
+    if not found.is_file():
+        raise FileNotFoundError(f"no stored result {name!r} in {directory()}; the stored files are: "
+                                f"{', '.join(names()) or 'none (the package was installed without them)'}")
+    return found
+
+
+def load(name: str) -> dict[str, Any]:
+    """The stored result ``name``, read from its JSON file."""
+    return json.loads(path(name).read_text(encoding="utf-8"))
