@@ -26,7 +26,7 @@ from .feature_maps import (
     get_feature_map,
 )
 from .linear import METHODS, linear_attention
-from .streaming import KVCache, LinearAttentionState
+from .streaming import DecayedState, DeltaRuleState, KVCache, LinearAttentionState
 
 __version__ = "0.1.0"
 
@@ -35,6 +35,8 @@ __all__ = [
     "METHODS",
     "CallableFeatureMap",
     "CosFormer",
+    "DecayedState",
+    "DeltaRuleState",
     "EluPlusOne",
     "FeatureMap",
     "Identity",

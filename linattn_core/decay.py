@@ -77,17 +77,18 @@ def checked_values(value: Any, name: str, like: Any, shapes: dict[str, tuple[int
     return value
 
 
-def log_gates(decay: Any, log_decay: Any, like: Any, lead: tuple[int, ...], d_phi: int,
-              lead_text: str = "(..., N)", names: tuple[str, str] = ("decay", "log_decay")) -> Any:
+def log_gates(decay: Any, log_decay: Any, like: Any, lead: tuple[int, ...], d_phi: int, *,
+              texts: tuple[str, str] = ("(..., N)", "(..., N, d_phi)"),
+              names: tuple[str, str] = ("decay", "log_decay")) -> Any:
     """``log g`` from the gates (``decay``) or their logs (``log_decay``): at most one is given.
 
     Accepted: one number, an array of shape ``lead`` (one gate per token) or ``lead + (d_phi,)`` (one
-    per token and key channel). -> ``(*lead, 1)`` or ``(*lead, d_phi)``, so that both broadcast
-    against the features ``(*lead, d_phi)``.
+    per token and key channel), written ``texts`` in messages. -> ``(*lead, 1)`` or
+    ``(*lead, d_phi)``, so that both broadcast against the features ``(*lead, d_phi)``.
     """
     if decay is not None and log_decay is not None:
         raise ValueError(f"give {names[0]} or {names[1]}, not both: they are two spellings of the same gates")
-    shapes = {lead_text: lead, lead_text[:-1] + ", d_phi)": lead + (d_phi,)}
+    shapes = {texts[0]: lead, texts[1]: lead + (d_phi,)}
     if log_decay is not None:
         log_g = checked_values(log_decay, names[1], like, shapes, interval="(-inf, 0]",
                                valid=lambda x: x <= 0)

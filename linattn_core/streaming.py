@@ -1,13 +1,18 @@
-"""Streaming decoding: a fixed-size linear-attention state versus a growing softmax KV cache.
+"""Streaming decoding: a fixed-size state versus a growing softmax KV cache.
 
-Both answer one query per step after adding the current key/value pair (causal: ``y_0 = v_0``).
+Each answers one query per step after adding the current key/value pair (causal: ``y_0 = v_0``).
 
 - :class:`LinearAttentionState` keeps ``S = sum_j phi(k_j) v_j^T`` and ``z = sum_j phi(k_j)``:
   ``d_phi x (d_v + 1)`` numbers, whatever the number of tokens seen.
+- :class:`DecayedState` forgets, then adds: ``S <- diag(g_t) S + phi(k_t) v_t^T`` with one gate, a
+  gate per batch entry (head) or a gate per key channel (GLA), and ``z`` likewise.
+- :class:`DeltaRuleState` corrects what it stores: ``S <- S + beta_t phi(k_t) (v_t - S^T phi(k_t))^T``.
 - :class:`KVCache` keeps every key and value: memory grows linearly with ``t``.
 
-Stepping through a sequence gives the same outputs as the causal :func:`linear_attention` and
-:func:`softmax_attention` of the whole sequence.
+Stepping through a sequence gives the same outputs as the whole-sequence functions:
+:func:`linear_attention` (causal), :func:`~linattn_core.decay.decayed_linear_attention`,
+:func:`~linattn_core.delta.delta_rule_attention` and :func:`softmax_attention`. No state writes into
+a tensor in place, so a state also works under autograd (and, for generation, under ``torch.no_grad()``).
 """
 
 from __future__ import annotations
@@ -19,9 +24,11 @@ import numpy as np
 
 from . import _backend as ops
 from .attention import normalized, warn_nonpositive
-from .feature_maps import as_feature_map
+from .decay import checked_values, log_gates
+from .delta import _unit_rows
+from .feature_maps import as_feature_map, require_exact_products
 
-__all__ = ["KVCache", "LinearAttentionState"]
+__all__ = ["DecayedState", "DeltaRuleState", "KVCache", "LinearAttentionState"]
 
 
 def _prototype(dtype: Any, like: Any) -> Any:
@@ -75,7 +82,52 @@ def _nbytes(*arrays: Any) -> int:
                for a in arrays)
 
 
-class LinearAttentionState:
+class _State:
+    """What every step state shares: sizes, the feature map, the backend, the token checks, ``nbytes``.
+
+    Subclasses hold their arrays (``_held``) and say how a token updates and reads them.
+    """
+
+    def __init__(self, d: int, d_v: int, feature_map: Any, batch_shape: tuple[int, ...], dtype: Any,
+                 like: Any) -> None:
+        self.d = ops.check_positive_int(d, "d")
+        self.d_v = ops.check_positive_int(d_v, "d_v")
+        self.batch_shape = _check_batch_shape(batch_shape)
+        self.phi = as_feature_map(feature_map, self.d)
+        self.phi.check_streamable()  # e.g. cosFormer needs its max_len: positions are not known ahead
+        self._proto = _prototype(dtype, like)
+        self._out_dtype = like.dtype if like is not None else self._proto.dtype
+        self.d_phi = int(self.phi.keys(ops.zeros((1, self.d), self._proto)).shape[-1])  # ask one token
+
+    def _token(self, x: Any, name: str, dim: int) -> Any:
+        # x: (*batch_shape, dim), checked and cast to the state's dtype and device
+        return _token(x, name, self.batch_shape + (dim,), self._proto, type(self).__name__)
+
+    def _query_features(self, q: Any) -> Any:
+        # q: (*batch, d) -> phi(q): (*batch, d_phi), at the position of the last key added
+        return self.phi.queries(q[..., None, :], offset=max(self.t - 1, 0))[..., 0, :]
+
+    def _out(self, y: Any) -> Any:
+        if ops.is_torch(y):
+            return y.to(self._out_dtype)
+        return y.astype(self._out_dtype, copy=False)
+
+    def _held(self) -> tuple:
+        raise NotImplementedError
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes held by the state: constant in ``t``."""
+        return _nbytes(*self._held())
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}(d={self.d}, d_v={self.d_v}, d_phi={self.d_phi}, phi={self.phi!r},"
+            f" batch_shape={self.batch_shape}, t={self.t}, nbytes={self.nbytes})"
+        )
+
+
+class LinearAttentionState(_State):
     """The fixed-size state of causal linear attention: ``S: (*batch_shape, d_phi, d_v)``, ``z``.
 
     Parameters
@@ -122,26 +174,10 @@ class LinearAttentionState:
     (True, (4, 4))
     """
 
-    def __init__(
-        self,
-        d: int,
-        d_v: int,
-        feature_map: Any = "elu+1",
-        *,
-        batch_shape: tuple[int, ...] = (),
-        eps: float = 1e-6,
-        dtype: Any = np.float64,
-        like: Any = None,
-    ) -> None:
-        self.d = ops.check_positive_int(d, "d")
-        self.d_v = ops.check_positive_int(d_v, "d_v")
-        self.batch_shape = _check_batch_shape(batch_shape)
+    def __init__(self, d: int, d_v: int, feature_map: Any = "elu+1", *, batch_shape: tuple[int, ...] = (),
+                 eps: float = 1e-6, dtype: Any = np.float64, like: Any = None) -> None:
+        super().__init__(d, d_v, feature_map, batch_shape, dtype, like)
         self.eps = ops.check_eps(eps)
-        self.phi = as_feature_map(feature_map, self.d)
-        self.phi.check_streamable()  # e.g. cosFormer needs its max_len: positions are not known ahead
-        self._proto = _prototype(dtype, like)
-        self._out_dtype = like.dtype if like is not None else self._proto.dtype
-        self.d_phi = int(self.phi.keys(ops.zeros((1, self.d), self._proto)).shape[-1])  # ask one token
         self.reset()
 
     def reset(self) -> None:
@@ -152,6 +188,9 @@ class LinearAttentionState:
         # what the feature map's stabiliser has seen (-inf: no key yet); only a stabilised map uses it
         self._shift = ops.zeros(self.batch_shape, self._proto) - math.inf
 
+    def _held(self) -> tuple:
+        return self.S, self.z
+
     def _key_features(self, k: Any) -> Any:
         # k: (*batch, d) -> phi(k): (*batch, d_phi), at position t; rescales S, z when the map asks
         x = k[..., None, :]  # (*batch, 1, d): feature maps take (..., N, d)
@@ -161,17 +200,12 @@ class LinearAttentionState:
             self.z = self.z * rescale[..., None]
         return f[..., 0, :]
 
-    def _query_features(self, q: Any) -> Any:
-        # q: (*batch, d) -> phi(q): (*batch, d_phi), at the position of the last key added
-        return self.phi.queries(q[..., None, :], offset=max(self.t - 1, 0))[..., 0, :]
-
     def update(self, k_t: Any, v_t: Any) -> None:
         """Add one key/value pair: ``S += phi(k_t) v_t^T``, ``z += phi(k_t)``.
 
         k_t: (*batch_shape, d), v_t: (*batch_shape, d_v)
         """
-        k_t = _token(k_t, "k_t", self.batch_shape + (self.d,), self._proto, "LinearAttentionState")
-        v_t = _token(v_t, "v_t", self.batch_shape + (self.d_v,), self._proto, "LinearAttentionState")
+        k_t, v_t = self._token(k_t, "k_t", self.d), self._token(v_t, "v_t", self.d_v)
         f = self._key_features(k_t)  # (*batch, d_phi)
         self.S = self.S + f[..., :, None] * v_t[..., None, :]
         self.z = self.z + f
@@ -182,8 +216,7 @@ class LinearAttentionState:
 
         q_t: (*batch_shape, d) -> (*batch_shape, d_v)
         """
-        q_t = _token(q_t, "q_t", self.batch_shape + (self.d,), self._proto, "LinearAttentionState")
-        f = self._query_features(q_t)  # (*batch, d_phi)
+        f = self._query_features(self._token(q_t, "q_t", self.d))  # (*batch, d_phi)
         num = (f[..., None, :] @ self.S)[..., 0, :]  # (*batch, d_v)
         den = ops.total(f * self.z, -1)  # (*batch,)
         warn_nonpositive(den, self.phi)
@@ -194,21 +227,169 @@ class LinearAttentionState:
         self.update(k_t, v_t)
         return self.query(q_t)
 
-    def _out(self, y: Any) -> Any:
-        if ops.is_torch(y):
-            return y.to(self._out_dtype)
-        return y.astype(self._out_dtype, copy=False)
 
-    @property
-    def nbytes(self) -> int:
-        """Bytes held by the state (``S`` and ``z``): constant in ``t``."""
-        return _nbytes(self.S, self.z)
+class DecayedState(LinearAttentionState):
+    """The state of :func:`~linattn_core.decay.decayed_linear_attention`: forget, then add.
 
-    def __repr__(self) -> str:
-        return (
-            f"LinearAttentionState(d={self.d}, d_v={self.d_v}, d_phi={self.d_phi}, phi={self.phi!r},"
-            f" batch_shape={self.batch_shape}, t={self.t}, nbytes={self.nbytes})"
-        )
+    ``S <- diag(g_t) S + phi(k_t) v_t^T`` and ``z <- g_t * z + phi(k_t)``; the answer is
+    ``phi(q_t)^T S / max(phi(q_t) . z, eps)``, or the numerator alone with ``normalize=False``
+    (then there is no ``z``). The gate ``g_t`` is one number, one per batch entry (a scalar gate per
+    head), or one per batch entry and key channel (GLA).
+
+    Parameters
+    ----------
+    d, d_v, feature_map, batch_shape, eps, dtype, like
+        As for :class:`LinearAttentionState`.
+    normalize : bool
+        As in :func:`~linattn_core.decay.decayed_linear_attention`; ``False`` refuses a stabilised
+        Performer (its constants cancel only in a normalized output).
+
+    Attributes
+    ----------
+    S : (*batch_shape, d_phi, d_v)
+    z : (*batch_shape, d_phi), or None when ``normalize`` is False
+    t : int
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from linattn_core import DecayedState
+    >>> from linattn_core.decay import decayed_linear_attention
+    >>> rng = np.random.default_rng(0)
+    >>> q, k, v = rng.standard_normal((3, 10, 4))
+    >>> g = rng.uniform(0.5, 1.0, (10, 4))  # a gate per token and key channel
+    >>> state = DecayedState(4, 4)
+    >>> ys = np.stack([state.step(q[t], k[t], v[t], g[t]) for t in range(10)])
+    >>> bool(np.allclose(ys, decayed_linear_attention(q, k, v, decay=g)))
+    True
+    """
+
+    def __init__(self, d: int, d_v: int, feature_map: Any = "elu+1", *, normalize: bool = True,
+                 batch_shape: tuple[int, ...] = (), eps: float = 1e-6, dtype: Any = np.float64,
+                 like: Any = None) -> None:
+        self.normalize = ops.check_flag(normalize, "normalize")
+        super().__init__(d, d_v, feature_map, batch_shape=batch_shape, eps=eps, dtype=dtype, like=like)
+        if not self.normalize:
+            require_exact_products(self.phi, "DecayedState", "normalize")
+
+    def reset(self) -> None:
+        """Forget every token: ``S = 0``, ``z = 0`` (None without normalization), ``t = 0``."""
+        super().reset()
+        if not self.normalize:
+            self.z = None
+
+    def _held(self) -> tuple:
+        return (self.S, self.z) if self.normalize else (self.S,)
+
+    def update(self, k_t: Any, v_t: Any, g_t: Any = None, *, log_g_t: Any = None) -> None:
+        """Forget, then add one pair: ``S <- diag(g_t) S + phi(k_t) v_t^T``, ``z <- g_t * z + phi(k_t)``.
+
+        k_t: (*batch_shape, d), v_t: (*batch_shape, d_v); g_t: a number, (*batch_shape,) or
+        (*batch_shape, d_phi), in (0, 1]; or ``log_g_t`` (<= 0, the same shapes) instead.
+        """
+        if g_t is None and log_g_t is None:
+            raise TypeError("DecayedState.update needs the gate g_t (or its log, log_g_t=)")
+        log_g = log_gates(g_t, log_g_t, self._proto, self.batch_shape, self.d_phi,
+                          texts=("(*batch_shape,)", "(*batch_shape, d_phi)"), names=("g_t", "log_g_t"))
+        g = ops.lib(log_g).exp(log_g)  # (*batch, 1 or d_phi)
+        k_t, v_t = self._token(k_t, "k_t", self.d), self._token(v_t, "v_t", self.d_v)
+        f = self._key_features(k_t)  # (*batch, d_phi)
+        self.S = g[..., :, None] * self.S + f[..., :, None] * v_t[..., None, :]  # row c decays by g_c
+        if self.normalize:
+            self.z = g * self.z + f
+        self.t += 1
+
+    def query(self, q_t: Any) -> Any:
+        """``phi(q_t)^T S / max(phi(q_t) . z, eps)``, or ``phi(q_t)^T S`` without normalization.
+
+        q_t: (*batch_shape, d) -> (*batch_shape, d_v)
+        """
+        if self.normalize:
+            return super().query(q_t)
+        f = self._query_features(self._token(q_t, "q_t", self.d))  # (*batch, d_phi)
+        return self._out((f[..., None, :] @ self.S)[..., 0, :])
+
+    def step(self, q_t: Any, k_t: Any, v_t: Any, g_t: Any = None, *, log_g_t: Any = None) -> Any:
+        """``update(k_t, v_t, g_t)`` then ``query(q_t)``: one step of decoding."""
+        self.update(k_t, v_t, g_t, log_g_t=log_g_t)
+        return self.query(q_t)
+
+
+class DeltaRuleState(_State):
+    """The state of :func:`~linattn_core.delta.delta_rule_attention`: a memory that corrects itself.
+
+    ``S <- S + beta_t phi(k_t) (v_t - S^T phi(k_t))^T`` and ``y_t = S^T phi(q_t)``, with ``phi(q_t)``
+    and ``phi(k_t)`` scaled to unit length when ``normalize_qk`` (as in the function). No ``z``.
+
+    Parameters
+    ----------
+    d, d_v, batch_shape, dtype, like
+        As for :class:`LinearAttentionState`.
+    feature_map : str, FeatureMap or callable
+        ``phi``, the identity by default (as in DeltaNet).
+    normalize_qk : bool
+        Unit-length features (True keeps the update a contraction for ``0 <= beta_t <= 2``);
+        ``False`` refuses a stabilised Performer.
+
+    Attributes
+    ----------
+    S : (*batch_shape, d_phi, d_v)
+    t : int
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from linattn_core import DeltaRuleState
+    >>> from linattn_core.delta import delta_rule_attention
+    >>> rng = np.random.default_rng(0)
+    >>> q, k, v = rng.standard_normal((3, 10, 4))
+    >>> state = DeltaRuleState(4, 4)
+    >>> ys = np.stack([state.step(q[t], k[t], v[t], 0.5) for t in range(10)])
+    >>> bool(np.allclose(ys, delta_rule_attention(q, k, v, 0.5)))
+    True
+    """
+
+    def __init__(self, d: int, d_v: int, feature_map: Any = "identity", *, normalize_qk: bool = True,
+                 batch_shape: tuple[int, ...] = (), dtype: Any = np.float64, like: Any = None) -> None:
+        self.normalize_qk = ops.check_flag(normalize_qk, "normalize_qk")
+        super().__init__(d, d_v, feature_map, batch_shape, dtype, like)
+        if not self.normalize_qk:
+            require_exact_products(self.phi, "DeltaRuleState", "normalize_qk")
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget every token: ``S = 0``, ``t = 0``."""
+        self.S = ops.zeros(self.batch_shape + (self.d_phi, self.d_v), self._proto)
+        self.t = 0
+
+    def _held(self) -> tuple:
+        return (self.S,)
+
+    def _unit(self, f: Any) -> Any:
+        return _unit_rows(f) if self.normalize_qk else f
+
+    def update(self, k_t: Any, v_t: Any, beta_t: Any) -> None:
+        """Write the correction: ``S <- S + beta_t phi(k_t) (v_t - S^T phi(k_t))^T``.
+
+        k_t: (*batch_shape, d), v_t: (*batch_shape, d_v); beta_t: a number or (*batch_shape,), in [0, 2]
+        """
+        beta = checked_values(beta_t, "beta_t", self._proto, {"(*batch_shape,)": self.batch_shape},
+                              interval="[0, 2]", valid=lambda b: (b >= 0) & (b <= 2))
+        k_t, v_t = self._token(k_t, "k_t", self.d), self._token(v_t, "v_t", self.d_v)
+        f = self._unit(self.phi.keys(k_t[..., None, :], offset=self.t)[..., 0, :])  # (*batch, d_phi)
+        predicted = (f[..., None, :] @ self.S)[..., 0, :]  # S^T phi(k_t): what the memory recalls
+        self.S = self.S + beta[..., None, None] * f[..., :, None] * (v_t - predicted)[..., None, :]
+        self.t += 1
+
+    def query(self, q_t: Any) -> Any:
+        """Read the memory: ``S^T phi(q_t)``. q_t: (*batch_shape, d) -> (*batch_shape, d_v)"""
+        f = self._unit(self._query_features(self._token(q_t, "q_t", self.d)))  # (*batch, d_phi)
+        return self._out((f[..., None, :] @ self.S)[..., 0, :])
+
+    def step(self, q_t: Any, k_t: Any, v_t: Any, beta_t: Any) -> Any:
+        """``update(k_t, v_t, beta_t)`` then ``query(q_t)``: one step of decoding."""
+        self.update(k_t, v_t, beta_t)
+        return self.query(q_t)
 
 
 class KVCache:
