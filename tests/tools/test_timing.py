@@ -205,6 +205,21 @@ def test_flop_counts_follow_their_formulas():
     short = 16  # < C
     assert (T.flops("chunked", short, d, d_v, causal=True, chunk_size=C)
             == 4 * short * d * d_v + 2 * short * short * (d + d_v))
+    # a random-feature map projects every query and key through a d x d_phi matrix: 2 N d d_phi each,
+    # in every form that applies phi, and never in softmax attention
+    m = 3 * d
+    for method, causal in (("linear", False), ("kernel", False), ("recurrent", True), ("cumsum", True),
+                           ("chunked", True)):
+        plain = T.flops(method, N, d, d_v, d_phi=m, causal=causal)
+        assert T.flops(method, N, d, d_v, d_phi=m, causal=causal, projected=True) == plain + 4 * N * d * m
+    for method in ("softmax_naive", "sdpa"):
+        assert T.flops(method, N, d, d_v, projected=True) == T.flops(method, N, d, d_v)
+    # with d = d_v the projection costs as much as the associative products: Performer with m = 4d
+    # costs 8 times elu+1 (d_phi = d), not 4
+    assert T.flops("linear", N, 64, 64, d_phi=256, projected=True) == 8 * T.flops("linear", N, 64, 64)
+    curves = T.cost_curves(np.array([100.0, 1000.0]), d=64, d_phi=256, projected=True)
+    assert curves["crossover_N"] == 512.0
+    assert_close(curves["flops_linear"], 8 * 4 * np.array([100.0, 1000.0]) * 64 * 64, dtype="float64")
 
 
 def test_flop_crossover_names_the_quadratic_form():
@@ -219,6 +234,15 @@ def test_flop_crossover_names_the_quadratic_form():
             assert (T.flops(slow, lo, d, d_v, d_phi=d_phi) <= T.flops("linear", lo, d, d_v, d_phi=d_phi)
                     and T.flops(slow, hi, d, d_v, d_phi=d_phi) > T.flops("linear", hi, d, d_v, d_phi=d_phi))
     assert_close(T.flop_crossover("softmax_naive", "chunked", d=64, d_v=64, chunk_size=64), 128.0)
+    # a random-feature map also projects q and k (4 N d d_phi): against softmax the counts then cross
+    # at 2 d_phi whatever d and d_v; against the kernel form, which projects too, nothing moves
+    for d, d_v, d_phi in ((64, 64, 256), (32, 16, 100)):
+        assert_close(T.flop_crossover("softmax_naive", "linear", d=d, d_v=d_v, d_phi=d_phi, projected=True),
+                     2.0 * d_phi, what="softmax vs projected linear")
+        assert_close(T.flop_crossover("kernel", "linear", d=d, d_v=d_v, d_phi=d_phi, projected=True),
+                     T.flop_crossover("kernel", "linear", d=d, d_v=d_v, d_phi=d_phi), what="kernel vs linear")
+    assert T.crossover_length(T.CostModel(flop_rate=1e9, byte_rate=math.inf), "softmax_naive", "linear",
+                              d=64, d_v=64, d_phi=256, projected=True) == 512
     # causal SDPA skips the masked half: it stays cheaper twice as long
     assert_close(T.flop_crossover("sdpa", "linear", causal=True), 128.0)
     with pytest.raises(ValueError, match="grow faster"):

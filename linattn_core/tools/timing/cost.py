@@ -15,7 +15,12 @@ Conventions, per batch-head, with ``D = d_phi`` (``d`` for elementwise maps such
   ``N = 2 D d_v / (d + d_v)`` and ``N = 2 D d_v / (D + d_v)``: :func:`flop_crossover` names which;
 - ``skip_masked``: whether a causal form skips the masked half of its score blocks. ``None`` takes the
   method's own behaviour: the fused ``sdpa`` kernel skips them, ``softmax_naive`` and ``kernel`` build
-  the full matrix and then mask it, ``chunked`` computes its masked ``C x C`` blocks in full.
+  the full matrix and then mask it, ``chunked`` computes its masked ``C x C`` blocks in full;
+- ``projected``: whether ``φ`` first multiplies every query and key by a ``d x D`` matrix, as
+  random-feature maps do (Performer's FAVOR+ computes ``W x'``). That is ``2 N d D`` FLOPs for the
+  queries and as many for the keys, ``4 N d D`` in all: the same order as the associative products
+  ``4 N D d_v`` (equal to them when ``d = d_v``), so it is counted, in every form that applies ``φ``
+  (``kernel`` and the linear forms). Elementwise maps (elu+1, ReLU) have no such term.
 
 Sizes may be numpy arrays of lengths (:func:`cost_curves`); the scalar functions check their arguments.
 """
@@ -74,26 +79,30 @@ def _skips(kind: str, causal: bool, skip_masked: bool | None) -> bool:
     return kind in _SKIPS_BY_DEFAULT if skip_masked is None else bool(skip_masked)
 
 
-def _flop_terms(kind: str, d: int, d_v: int, D: int, C: Any, skip: bool) -> tuple[Any, Any]:
+def _flop_terms(kind: str, d: int, d_v: int, D: int, C: Any, skip: bool,
+                projected: bool = False) -> tuple[Any, Any]:
     """``(a2, a1)`` with FLOPs ``= a2 N² + a1 N`` per batch-head (``C`` already ``min(chunk_size, N)``)."""
     share = 0.5 if skip else 1.0  # the masked half of the score blocks, skipped or not
     if kind in ("softmax_naive", "sdpa"):
         return 2.0 * (d + d_v) * share, 0.0  # Q Kᵀ and A V
+    features = 4.0 * d * D if projected else 0.0  # φ(Q) and φ(K) through a d x D projection
     if kind == "kernel":
-        return 2.0 * (D + d_v) * share, 0.0  # φ(Q) φ(K)ᵀ and A V
+        return 2.0 * (D + d_v) * share, features  # φ(Q) φ(K)ᵀ and A V
     if kind == "chunked":  # states between chunks, masked C x C products inside each chunk
-        return 0.0, 4.0 * D * d_v + 2.0 * C * (D + d_v) * share
-    return 0.0, 4.0 * D * d_v  # S = φ(K)ᵀ V and φ(Q) S, however they are ordered in time
+        return 0.0, features + 4.0 * D * d_v + 2.0 * C * (D + d_v) * share
+    return 0.0, features + 4.0 * D * d_v  # S = φ(K)ᵀ V and φ(Q) S, however they are ordered in time
 
 
-def _flops(kind: str, N: Any, d: int, d_v: int, D: int, chunk_size: int, skip: bool) -> Any:
+def _flops(kind: str, N: Any, d: int, d_v: int, D: int, chunk_size: int, skip: bool,
+           projected: bool = False) -> Any:
     # a chunk is never longer than the sequence: C = min(chunk_size, N), elementwise for arrays of N
-    a2, a1 = _flop_terms(kind, d, d_v, D, np.minimum(chunk_size, N), skip)
+    a2, a1 = _flop_terms(kind, d, d_v, D, np.minimum(chunk_size, N), skip, projected)
     return a2 * N * N + a1 * N
 
 
 def flops(method: str, N: int, d: int, d_v: int, *, causal: bool = False, chunk_size: int = 64,
-          d_phi: int | None = None, batch_heads: int = 1, skip_masked: bool | None = None) -> float:
+          d_phi: int | None = None, batch_heads: int = 1, skip_masked: bool | None = None,
+          projected: bool = False) -> float:
     """Floating-point operations of one attention call (a multiply-add counts as two).
 
     Per batch-head, with ``D = d_phi`` (the module docstring says what is left out and why):
@@ -115,12 +124,20 @@ def flops(method: str, N: int, d: int, d_v: int, *, causal: bool = False, chunk_
 
     ``skip_masked=True`` halves the masked score work of a causal form (``2 N C`` becomes ``N C`` for
     ``chunked``), ``False`` counts it in full; ``None`` takes the method's own behaviour.
+    ``projected=True`` adds ``4 N d D`` to every form that applies ``φ`` (not to ``softmax_naive`` or
+    ``sdpa``): the ``d x D`` projection of the queries and keys that random-feature maps compute.
+
+    >>> flops("linear", 1000, 64, 64, d_phi=256) / flops("linear", 1000, 64, 64)
+    4.0
+    >>> flops("linear", 1000, 64, 64, d_phi=256, projected=True) / flops("linear", 1000, 64, 64)
+    8.0
     """
     check_sizes(N=N, d=d, d_v=d_v, chunk_size=chunk_size, batch_heads=batch_heads)
     kind = _kind(method, causal)
     D = d if d_phi is None else d_phi
     check_sizes(d_phi=D)
-    return float(_flops(kind, N, d, d_v, D, chunk_size, _skips(kind, causal, skip_masked))) * batch_heads
+    skip = _skips(kind, causal, skip_masked)
+    return float(_flops(kind, N, d, d_v, D, chunk_size, skip, projected)) * batch_heads
 
 
 def _bytes(kind: str, N: Any, d: int, d_v: int, D: int, chunk_size: int) -> Any:
@@ -199,7 +216,7 @@ def predicted_bytes(method: str, N: int, d: int, d_v: int, *, causal: bool = Fal
 
 def flop_crossover(slow: str = "softmax_naive", fast: str = "linear", *, d: int = 64, d_v: int = 64,
                    d_phi: int | None = None, causal: bool = False, chunk_size: int = 64,
-                   skip_masked: bool | None = None) -> float:
+                   skip_masked: bool | None = None, projected: bool = False) -> float:
     """The length ``N`` (a real number) where the FLOP counts of ``slow`` and ``fast`` are equal.
 
     ``slow`` is a quadratic form and ``fast`` a linear one; above the returned length ``fast`` needs
@@ -207,10 +224,15 @@ def flop_crossover(slow: str = "softmax_naive", fast: str = "linear", *, d: int 
     ``flop_crossover("softmax_naive", "linear")``, is ``2 D d_v / (d + d_v)``; the kernel form against it,
     ``flop_crossover("kernel", "linear")``, is ``2 D d_v / (D + d_v)``. Against ``chunked`` add ``C``
     (the root lies above ``C``, where the chunk size is ``chunk_size``). Causal-only forms are causal.
+    A projecting feature map (``projected=True``, random features) adds ``4 d D`` per token to the
+    linear side: against softmax the crossover becomes ``(4 D d_v + 4 d D) / (2 (d + d_v)) = 2 D``,
+    whatever ``d`` and ``d_v``; against the kernel form, which projects too, the term cancels.
 
     >>> flop_crossover("softmax_naive", "linear", d=64, d_v=64, d_phi=256)
     256.0
-    >>> flop_crossover("kernel", "linear", d=64, d_v=64, d_phi=256)
+    >>> flop_crossover("softmax_naive", "linear", d=64, d_v=64, d_phi=256, projected=True)
+    512.0
+    >>> flop_crossover("kernel", "linear", d=64, d_v=64, d_phi=256, projected=True)
     102.4
     """
     D = d if d_phi is None else d_phi
@@ -219,7 +241,7 @@ def flop_crossover(slow: str = "softmax_naive", fast: str = "linear", *, d: int 
     for m in (slow, fast):
         c = causal or m in CAUSAL_ONLY
         kind = _kind(m, c)
-        terms.append(_flop_terms(kind, d, d_v, D, float(chunk_size), _skips(kind, c, skip_masked)))
+        terms.append(_flop_terms(kind, d, d_v, D, float(chunk_size), _skips(kind, c, skip_masked), projected))
     (a2s, a1s), (a2f, a1f) = terms
     if not a2s > a2f:
         raise ValueError(f"slow={slow!r} must grow faster with N than fast={fast!r} (a quadratic form "
@@ -229,9 +251,10 @@ def flop_crossover(slow: str = "softmax_naive", fast: str = "linear", *, d: int 
 
 def cost_curves(N: Any, *, d: int = 64, d_v: int | None = None, d_phi: int | None = None, itemsize: int = 4,
                 quadratic: str = "softmax_naive", linear: str = "linear",
-                chunk_size: int = 64) -> dict[str, np.ndarray]:
+                chunk_size: int = 64, projected: bool = False) -> dict[str, np.ndarray]:
     """FLOPs and bytes of one head for every length in ``N`` (any shape): a quadratic form against a
-    linear one, from :func:`flops` and :func:`bytes_moved`, and their :func:`flop_crossover`.
+    linear one, from :func:`flops` and :func:`bytes_moved`, and their :func:`flop_crossover`
+    (``projected``: a random-feature map's projection is counted, as in :func:`flops`).
 
     Returns ``flops_quadratic``, ``flops_linear``, ``bytes_quadratic``, ``bytes_linear`` (float arrays
     shaped like ``N``), ``crossover_N`` and the two method names.
@@ -246,10 +269,10 @@ def cost_curves(N: Any, *, d: int = 64, d_v: int | None = None, d_phi: int | Non
     for role, method in (("quadratic", quadratic), ("linear", linear)):
         causal = method in CAUSAL_ONLY
         kind = _kind(method, causal)
-        out[f"flops_{role}"] = _flops(kind, N_, d, d_v, D, chunk_size, _skips(kind, causal, None))
+        out[f"flops_{role}"] = _flops(kind, N_, d, d_v, D, chunk_size, _skips(kind, causal, None), projected)
         out[f"bytes_{role}"] = itemsize * _bytes(kind, N_, d, d_v, D, chunk_size)
     out["crossover_N"] = np.float64(flop_crossover(quadratic, linear, d=d, d_v=d_v, d_phi=D,
-                                                   chunk_size=chunk_size))
+                                                   chunk_size=chunk_size, projected=projected))
     return out
 
 
@@ -287,7 +310,8 @@ class CostModel:
         """The ideal time: counts divided by the machine's rates."""
         itemsize = counts.pop("itemsize", 4)
         skip = counts.pop("skip_masked", None)
-        return max(flops(method, N, d, d_v, skip_masked=skip, **counts) / self.flop_rate,
+        projected = counts.pop("projected", False)  # arithmetic only: the projection matrix is small
+        return max(flops(method, N, d, d_v, skip_masked=skip, projected=projected, **counts) / self.flop_rate,
                    bytes_moved(method, N, d, d_v, itemsize=itemsize, **counts) / self.byte_rate)
 
     def time_s(self, method: str, N: int, d: int, d_v: int, **counts: Any) -> float:
@@ -330,7 +354,8 @@ class CostModel:
 
 def crossover_length(model: CostModel, slow: str = "softmax_naive", fast: str = "chunked", *, d: int = 64,
                      d_v: int = 64, causal: bool = False, chunk_size: int = 64, d_phi: int | None = None,
-                     batch_heads: int = 1, itemsize: int = 4, n_max: int = 2**30) -> int | None:
+                     batch_heads: int = 1, itemsize: int = 4, n_max: int = 2**30,
+                     projected: bool = False) -> int | None:
     """The sequence length from which on ``fast`` is at least as fast as ``slow`` according to ``model``.
 
     "From which on" matters when fixed overheads make ``fast`` win at tiny lengths, lose in between and win
@@ -339,7 +364,8 @@ def crossover_length(model: CostModel, slow: str = "softmax_naive", fast: str = 
     ``causal`` applies to both methods, except that the causal-only forms (``recurrent``, ``cumsum``,
     ``chunked``, ``auto``) are always causal. Returns ``None`` if ``slow`` is still faster at ``n_max``.
     ``batch_heads`` matters once the model has overheads: they are per call, the work is per head.
-    With equal rates and free memory this is :func:`flop_crossover` rounded up.
+    With equal rates and free memory this is :func:`flop_crossover` rounded up. ``projected`` counts a
+    random-feature map's projection (:func:`flops`).
 
     Examples
     --------
@@ -350,7 +376,8 @@ def crossover_length(model: CostModel, slow: str = "softmax_naive", fast: str = 
     128
     """
     check_sizes(d=d, d_v=d_v, chunk_size=chunk_size, n_max=n_max, batch_heads=batch_heads)
-    common = dict(d_phi=d_phi, chunk_size=chunk_size, itemsize=itemsize, batch_heads=batch_heads)
+    common = dict(d_phi=d_phi, chunk_size=chunk_size, itemsize=itemsize, batch_heads=batch_heads,
+                  projected=projected)
 
     def fast_wins(n: int) -> bool:
         t_fast = model.time_s(fast, n, d, d_v, causal=causal or fast in CAUSAL_ONLY, **common)
