@@ -29,6 +29,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from linattn_core.tools import exercises  # noqa: E402  (the repository's package, not an installed copy)
+from scripts.sync_notebooks import setup_cell_source  # noqa: E402  (the book's home, _config.yml)
 
 DEFAULT_OUT = ROOT / "_build" / "assignments"
 
@@ -78,7 +79,8 @@ def notebook(chapter: str, items: list[exercises.Exercise]) -> nbformat.Notebook
             "the book's `check()` and counts one point when it passes. `hint(n)` works here "
             f"too, e.g. `{items[0].path}.hint(1)`.")
     cells = [nbformat.v4.new_markdown_cell(head, metadata=_meta("read", f"{chapter}_intro")),
-             nbformat.v4.new_code_cell("import numpy as np\n\nfrom linattn_core.tools import exercises",
+             nbformat.v4.new_code_cell(setup_cell_source() + "\n\nimport numpy as np\n\n"
+                                       "from linattn_core.tools import exercises",
                                        metadata=_meta("read", f"{chapter}_setup"))]
     for ex in items:
         stars = "★" * ex.difficulty

@@ -8,6 +8,12 @@ that is a notebook (its front matter has jupytext's ``format_name: myst`` and a 
     python scripts/sync_notebooks.py            # (re)write notebooks/ from book/
     python scripts/sync_notebooks.py --check    # exit 1 and list the notebooks that have drifted
 
+The book's public home is one setting, ``repository: url / branch`` in ``_config.yml``: the launch
+buttons (sphinx-book-theme reads it), the install cell that opens every chapter and notebook, the
+links to the sources and the nbgrader notebooks (``scripts/make_assignments.py``) all come from it.
+Writing also brings each chapter's install cell (its first code cell) in line with that setting;
+``--check`` reports a chapter whose install cell differs.
+
 What the conversion does, so that the result is the same on every machine and readable in Colab:
 
 - cells come from jupytext; outputs and execution counts are empty; cell ids are ``<chapter>-<nnn>``;
@@ -15,15 +21,17 @@ What the conversion does, so that the result is the same on every machine and re
   Colab set-up cell keeps ``remove-cell``, which Colab ignores and the website uses);
 - Markdown cells are turned from MyST into plain Jupyter Markdown: section labels are dropped,
   ``{ref}``/``{doc}`` become the linked title, ``{eq}`` becomes the equation's number (the display
-  math gets a matching ``\\tag``), ``{cite}`` becomes "Author et al., year" linked to the paper, and
-  directives become Markdown (exercises and admonitions as quoted blocks with a bold title; gated
-  solutions as a "Solution" heading);
+  math gets a matching ``\\tag``), ``{cite}`` becomes "Author et al., year" linked to the paper, a
+  pasted value (``{glue:text}``) names the line ``name = value`` that the cell measuring it prints
+  (``viz.glue`` prints it outside the book build), and directives become Markdown (exercises and
+  admonitions as quoted blocks with a bold title; gated solutions as a "Solution" heading);
 - a first Markdown cell says where the notebook comes from and links to its source.
 """
 
 from __future__ import annotations
 
 import argparse
+import ast
 import codecs
 import re
 import sys
@@ -39,9 +47,42 @@ ROOT = Path(__file__).resolve().parent.parent
 BOOK = ROOT / "book"
 NOTEBOOKS = ROOT / "notebooks"
 BIB = BOOK / "references.bib"
-REPOSITORY = "https://github.com/linattn/linattn"
-BRANCH = "main"
+CONFIG = ROOT / "_config.yml"
 COLAB = "https://colab.research.google.com"
+
+
+def home(config: Path = CONFIG) -> tuple[str, str]:
+    """The book's public home, ``(repository url, branch)``, from ``repository:`` in ``_config.yml``."""
+    data = yaml.safe_load(config.read_text(encoding="utf-8")) or {}
+    repository = data.get("repository") or {}
+    url, branch = str(repository.get("url", "")).rstrip("/"), str(repository.get("branch", ""))
+    if not url.startswith("https://") or not branch:
+        raise ValueError(f"{config}: `repository:` needs `url: https://...` and `branch:`, "
+                         f"got {repository!r}")
+    return url, branch
+
+
+REPOSITORY, BRANCH = home()
+
+
+def setup_cell_source(url: str | None = None, branch: str | None = None) -> str:
+    """The install cell that opens every chapter, notebook and assignment: the package from the home.
+
+    Plain Python (no ``%pip``), so that it also runs where cells are executed without IPython; pip is
+    the kernel's own (``sys.executable``), as ``%pip`` would choose.
+    """
+    url, branch = url or REPOSITORY, branch or BRANCH
+    return ("# On Colab or a fresh kernel: install linattn_core from the repository if it is missing.\n"
+            "try:\n"
+            "    import linattn_core\n"
+            "except ImportError:\n"
+            "    import subprocess\n"
+            "    import sys\n"
+            "\n"
+            '    subprocess.run([sys.executable, "-m", "pip", "install", "-q",\n'
+            f'                    "linattn_core[course] @ git+{url}@{branch}"], check=True)\n'
+            "    import linattn_core")
+
 
 KERNELSPEC = {"display_name": "Python 3", "language": "python", "name": "python3"}
 ADMONITIONS = {
@@ -75,6 +116,46 @@ def is_myst_notebook(path: Path) -> bool:
 def chapter_files(book: Path = BOOK) -> list[Path]:
     """Every MyST notebook directly in book/ (sorted by name; files starting with _ are skipped)."""
     return sorted(p for p in book.glob("*.md") if not p.name.startswith("_") and is_myst_notebook(p))
+
+
+# --------------------------------------------------------------------------------------------------
+# The install cell of every chapter: the one place a chapter names the book's home
+# --------------------------------------------------------------------------------------------------
+_FIRST_CODE_CELL = re.compile(r"^```\{code-cell\}[^\n]*\n((?::[^\n]*\n)*)(.*?)^```[ \t]*$", re.M | re.S)
+
+
+def _install_cell(text: str) -> re.Match | None:
+    """The chapter's first code cell, if it is the install cell (it imports linattn_core, or installs it)."""
+    first = _FIRST_CODE_CELL.search(text)
+    if first and "install" in first.group(2) and "import linattn_core" in first.group(2):
+        return first
+    return None
+
+
+def setup_drift(book: Path = BOOK) -> list[str]:
+    """Chapters whose install cell is missing or differs from the one ``_config.yml``'s home gives."""
+    problems = []
+    for chapter in chapter_files(book):
+        cell = _install_cell(chapter.read_text(encoding="utf-8"))
+        if cell is None:
+            problems.append(f"no install cell first: {chapter.relative_to(book.parent)}")
+        elif cell.group(2).rstrip("\n") != setup_cell_source():
+            problems.append(f"install cell differs from _config.yml's repository: "
+                            f"{chapter.relative_to(book.parent)}")
+    return problems
+
+
+def write_setup_cells(book: Path = BOOK) -> list[str]:
+    """Give every chapter's install cell the source :func:`setup_cell_source` makes; return what changed."""
+    changed = []
+    for chapter in chapter_files(book):
+        text = chapter.read_text(encoding="utf-8")
+        cell = _install_cell(text)
+        if cell is not None and cell.group(2).rstrip("\n") != setup_cell_source():
+            text = text[:cell.start(2)] + setup_cell_source() + "\n" + text[cell.end(2):]
+            chapter.write_text(text, encoding="utf-8")
+            changed.append(f"wrote the install cell of {chapter.relative_to(book.parent)}")
+    return changed
 
 
 # --------------------------------------------------------------------------------------------------
@@ -202,6 +283,44 @@ class PageContext:
     stem: str
     index: BookIndex
     equations: dict[str, int] = field(default_factory=dict)  # label -> number on this page
+    glued: list[tuple[int, list[re.Pattern]]] = field(default_factory=list)  # (cell, names it glues)
+    position: int = 0  # the cell being converted
+
+
+# A value the website pastes into the prose ({glue:text}`name:.2f`) is, in a notebook, the line
+# "name = value" that viz.glue prints in the cell that measures it.
+PLACEHOLDER = re.compile(r"`([A-Za-z0-9_]+)` \*\(printed (above|below)\)\*")
+
+
+def glued_names(source: str) -> list[re.Pattern]:
+    """The names a code cell glues, ``glue("name", ...)``; an f-string name becomes a pattern."""
+    code = "\n".join("" if ln.lstrip().startswith(("%", "!")) else ln for ln in source.splitlines())
+    try:
+        tree = ast.parse(code)
+    except SyntaxError:
+        return []
+    names = []
+    for node in ast.walk(tree):
+        func = getattr(node, "func", None)
+        if not isinstance(node, ast.Call) or getattr(func, "id", getattr(func, "attr", None)) != "glue":
+            continue
+        first = node.args[0] if node.args else None
+        if isinstance(first, ast.Constant) and isinstance(first.value, str):
+            names.append(re.compile(re.escape(first.value)))
+        elif isinstance(first, ast.JoinedStr):  # f"loss_{kind}": any name of that shape
+            parts = [re.escape(v.value) if isinstance(v, ast.Constant) else r"\w+" for v in first.values]
+            names.append(re.compile("".join(parts)))
+    return names
+
+
+def glue_placeholder(name: str, ctx: PageContext) -> str:
+    """What a notebook shows for a pasted value: the name of the line the cell prints, and where."""
+    cells = [i for i, patterns in ctx.glued if any(p.fullmatch(name) for p in patterns)]
+    if not cells:
+        raise ValueError(f"book/{ctx.stem}.md pastes {{glue:text}}`{name}` but no code cell of the page "
+                         f"calls glue({name!r}, ...)")
+    where = "above" if min(cells) < ctx.position else "below"
+    return f"`{name}` *(printed {where})*"
 
 
 def number_equations(markdown_sources: list[str]) -> dict[str, int]:
@@ -267,7 +386,7 @@ def convert_role(name: str, content: str, ctx: PageContext) -> str:
     if name == "math":
         return f"${content}$"
     if name.startswith("glue"):  # a figure the website pastes from a cell: in a notebook, the cell prints it
-        return "*(the value printed above)*"
+        return glue_placeholder(content.split(":", 1)[0].strip(), ctx)
     if name in ("term", "abbr", "download"):
         text, _ = _split_text_target(content)
         return text or content
@@ -383,13 +502,14 @@ def convert_markdown(src: str, ctx: PageContext) -> str:
 # Notebooks
 # --------------------------------------------------------------------------------------------------
 def header_cell(stem: str, title: str) -> nbformat.NotebookNode:
-    colab = f"{COLAB}/github/{REPOSITORY.split('github.com/')[1]}/blob/{BRANCH}/notebooks/{stem}.ipynb"
+    github = REPOSITORY.split("github.com/", 1)[1] if "github.com/" in REPOSITORY else None
+    colab = (f" [Open in Colab]({COLAB}/github/{github}/blob/{BRANCH}/notebooks/{stem}.ipynb)"
+             if github else "")  # Colab opens notebooks from GitHub only
     source = (
         f"> This notebook is the chapter **{title}** of the book *Linear attention, step by step*, "
         f"generated from [`book/{stem}.md`]({REPOSITORY}/blob/{BRANCH}/book/{stem}.md) by "
         "`scripts/sync_notebooks.py` (edit that file, not this one). Run the first code cell "
-        "first: on Colab or in a fresh environment it installs `linattn_core`. "
-        f"[Open in Colab]({colab})"
+        f"first: on Colab or in a fresh environment it installs `linattn_core`.{colab}"
     )
     return nbformat.v4.new_markdown_cell(source)
 
@@ -399,11 +519,13 @@ def build_notebook(path: Path, index: BookIndex | None = None) -> nbformat.Noteb
     nb = jupytext.read(path)
     stem = path.stem
     md_sources = [c.source for c in nb.cells if c.cell_type == "markdown"]
-    ctx = PageContext(stem, index, number_equations(md_sources))
+    glued = [(i, glued_names(c.source)) for i, c in enumerate(nb.cells) if c.cell_type == "code"]
+    ctx = PageContext(stem, index, number_equations(md_sources), [(i, g) for i, g in glued if g])
 
     cells = [header_cell(stem, index.titles.get(stem, stem))]
     in_solution = False
-    for cell in nb.cells:
+    for position, cell in enumerate(nb.cells):
+        ctx.position = position
         if cell.cell_type == "markdown":
             if "{solution-start}" in cell.source:
                 in_solution = True
@@ -447,9 +569,9 @@ def render_all(book: Path = BOOK) -> dict[str, str]:
 
 
 def drift(book: Path = BOOK, notebooks: Path = NOTEBOOKS) -> list[str]:
-    """Lines describing every difference between notebooks/ and what book/ generates."""
+    """Lines describing every difference between notebooks/ and what book/ generates (install cells too)."""
     wanted = render_all(book)
-    problems = []
+    problems = setup_drift(book)
     for name, text in wanted.items():
         target = notebooks / name
         if not target.exists():
@@ -464,10 +586,10 @@ def drift(book: Path = BOOK, notebooks: Path = NOTEBOOKS) -> list[str]:
 
 
 def write_all(book: Path = BOOK, notebooks: Path = NOTEBOOKS) -> list[str]:
-    """Write every notebook that changed, remove those without a chapter; return what changed."""
+    """Write every install cell and notebook that changed, remove notebooks without a chapter."""
     notebooks.mkdir(exist_ok=True)
+    changed = write_setup_cells(book)
     wanted = render_all(book)
-    changed = []
     for name, text in wanted.items():
         target = notebooks / name
         if not target.exists() or target.read_text(encoding="utf-8") != text:

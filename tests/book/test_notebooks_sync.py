@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -15,7 +16,6 @@ import nbformat
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-SETUP_LINE = '%pip install -q "linattn_core @ git+https://github.com/linattn/linattn"'
 
 
 def _load(name: str, path: Path):
@@ -28,6 +28,9 @@ def _load(name: str, path: Path):
 
 sync = _load("sync_notebooks", ROOT / "scripts" / "sync_notebooks.py")
 CHAPTERS = sync.chapter_files()
+NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
+URL, BRANCH = sync.home()
+SETUP_LINE = f'"linattn_core[course] @ git+{URL}@{BRANCH}"'
 
 HEADER = """---
 jupytext:
@@ -44,11 +47,7 @@ kernelspec:
 """
 SETUP = f"""```{{code-cell}} ipython3
 :tags: [remove-cell]
-try:
-    import linattn_core
-except ImportError:
-    {SETUP_LINE}
-    import linattn_core
+{sync.setup_cell_source()}
 ```
 """
 
@@ -189,10 +188,96 @@ def _ctx(**equations):
     ("{cite}`vaswani2017attention,rahimi2007random`",
      "([Vaswani et al., 2017](https://arxiv.org/abs/1706.03762); Rahimi and Recht, 2007)"),
     ("a {unknownrole}`thing`", "a `thing`"),
-    ("slope {glue:text}`slope_linear:.2f` here", "slope *(the value printed above)* here"),
 ])
 def test_roles(myst, markdown):
     assert sync.convert_markdown(myst, _ctx(**{"eq-state": 2})) == markdown
+
+
+def test_a_pasted_value_names_the_line_its_cell_prints():
+    ctx = _ctx()
+    ctx.glued = [(2, sync.glued_names('glue("slope_linear", s)')),
+                 (5, sync.glued_names('for k in ks:\n    glue(f"loss_{k.replace(\'+\', \'\')}", v)'))]
+    ctx.position = 3
+    assert sync.convert_markdown("slope {glue:text}`slope_linear:.2f` here", ctx) == (
+        "slope `slope_linear` *(printed above)* here")
+    assert sync.convert_markdown("{glue:text}`loss_elu1:.3f`", ctx) == "`loss_elu1` *(printed below)*"
+    with pytest.raises(ValueError, match="no code cell"):  # a value no cell glues fails the generation
+        sync.convert_markdown("{glue:text}`never_glued`", ctx)
+
+
+def _glued_in(cell) -> list[re.Pattern]:
+    return sync.glued_names(cell.source) if cell.cell_type == "code" else []
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
+def test_every_placeholder_names_a_value_a_cell_prints(path):
+    """Each pasted value of the website is, in the notebook, a name that a code cell above (or, where
+    the text says so, below) passes to glue(), which prints ``name = value`` in a plain kernel."""
+    cells = nbformat.read(path, as_version=4).cells
+    for i, cell in enumerate(cells):
+        if cell.cell_type != "markdown":
+            continue
+        assert "(the value printed above)" not in cell.source, cell.id
+        for name, where in sync.PLACEHOLDER.findall(cell.source):
+            others = cells[:i] if where == "above" else cells[i + 1:]
+            assert any(p.fullmatch(name) for c in others for p in _glued_in(c)), (
+                f"{cell.id}: `{name}` is said to be printed {where}, but no code cell {where} glues it")
+
+
+def test_glue_prints_the_line_outside_the_book_build(monkeypatch, capsys):
+    np = pytest.importorskip("numpy")
+    from linattn_core.tools import viz
+
+    monkeypatch.delenv("LINATTN_BOOK_BUILD", raising=False)
+    viz.glue("unigram", np.float64(3.238917))
+    viz.glue("kind", "elu+1")
+    viz.glue("big", 123456.7)
+    assert capsys.readouterr().out == "unigram = 3.239\nkind = elu+1\nbig = 123,457\n"
+    monkeypatch.setenv("LINATTN_BOOK_BUILD", "1")  # the website pastes it instead: nothing printed
+    pytest.importorskip("myst_nb")
+    viz.glue("unigram", 3.2)
+    assert "unigram =" not in capsys.readouterr().out
+
+
+# --------------------------------------------------------------------------------------------------
+# The book's home: one setting (_config.yml's repository) for every install cell and link
+# --------------------------------------------------------------------------------------------------
+def test_every_chapter_installs_from_the_configured_home():
+    assert not sync.setup_drift(), sync.setup_drift()
+    for chapter in CHAPTERS:
+        first = sync._install_cell(chapter.read_text(encoding="utf-8"))
+        assert first is not None and SETUP_LINE in first.group(2), chapter.name
+
+
+def test_a_new_home_rewrites_install_cells_and_links(tmp_path, monkeypatch):
+    book, notebooks = _mini_book(tmp_path)
+    sync.write_all(book, notebooks)
+    monkeypatch.setattr(sync, "REPOSITORY", "https://github.com/someone/fork")
+    monkeypatch.setattr(sync, "BRANCH", "course-2027")
+    assert "install cell differs from _config.yml's repository: book/one.md" in sync.drift(book, notebooks)
+    changed = sync.write_all(book, notebooks)
+    assert "wrote the install cell of book/one.md" in changed and "wrote notebooks/one.ipynb" in changed
+    want = '"linattn_core[course] @ git+https://github.com/someone/fork@course-2027"'
+    assert want in (book / "one.md").read_text()
+    nb = nbformat.read(notebooks / "one.ipynb", as_version=4)
+    assert want in next(c for c in nb.cells if c.cell_type == "code").source  # the notebook's install cell
+    assert "github.com/someone/fork/blob/course-2027/book/one.md" in nb.cells[0].source  # its source link
+    assert "/github/someone/fork/blob/course-2027/notebooks/one.ipynb" in nb.cells[0].source  # Colab
+    assert sync.drift(book, notebooks) == []
+
+
+def test_home_is_read_from_the_config(tmp_path):
+    config = tmp_path / "_config.yml"
+    config.write_text("repository:\n  url: https://gitlab.example.org/a/b/\n  branch: pages\n")
+    assert sync.home(config) == ("https://gitlab.example.org/a/b", "pages")
+    config.write_text("title: x\n")
+    with pytest.raises(ValueError, match="repository"):
+        sync.home(config)
+
+
+def test_the_install_cell_is_plain_python():
+    """It runs where cells are executed without IPython (nbgrader's tests, exec)."""
+    compile(sync.setup_cell_source(), "<install cell>", "exec")
 
 
 def test_equation_numbers_follow_the_website():

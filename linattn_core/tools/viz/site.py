@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import html
 import itertools
+import math
 import os
 from collections.abc import Mapping
 from typing import Any
@@ -154,17 +155,34 @@ def figure_nbytes(fig: go.Figure) -> int:
     return len(pio.to_json(fig, validate=False).encode())
 
 
-def glue(name: str, value: Any) -> None:
-    """Put a measured ``value`` into the page's prose as ``{glue:text}`name```, when myst-nb is here.
-
-    In the book build myst-nb stores it with the notebook; in a plain Jupyter or Colab kernel
-    (no myst-nb) nothing happens, and the cell's own printed line carries the figure. numpy scalars
-    become Python floats, so format specs such as ``:.2f`` work on them.
-    """
-    try:
-        from myst_nb import glue as _glue
-    except ImportError:
-        return
+def glued_text(value: Any) -> str:
+    """``value`` as :func:`glue` prints it: a float to 4 significant digits (from 10,000 on, whole)."""
     if isinstance(value, np.generic):
         value = value.item()
-    _glue(name, value, display=False)
+    if not isinstance(value, float) or not math.isfinite(value) or value == 0:
+        return str(value)
+    if abs(value) >= 1e4:
+        return f"{value:,.0f}"
+    return f"{value:.3e}" if abs(value) < 1e-3 else f"{value:.4g}"
+
+
+def glue(name: str, value: Any) -> None:
+    """Put a measured ``value`` into the page's prose as ``{glue:text}`name```; elsewhere, print it.
+
+    In the book build (``LINATTN_BOOK_BUILD``, see :func:`is_book_build`) myst-nb stores it with the
+    notebook and the page shows it in the sentence. In a plain Jupyter, Colab or Binder kernel the cell
+    prints ``name = value`` instead (:func:`glued_text`), and the notebook's prose names that line where
+    the page shows the number (``scripts/sync_notebooks.py``). numpy scalars become Python numbers, so
+    format specs such as ``:.2f`` work on them.
+    """
+    if isinstance(value, np.generic):
+        value = value.item()
+    if is_book_build():
+        try:
+            from myst_nb import glue as _glue
+        except ImportError:  # a build without myst-nb cannot paste it: the printed line carries it
+            pass
+        else:
+            _glue(name, value, display=False)
+            return
+    print(f"{name} = {glued_text(value)}")
