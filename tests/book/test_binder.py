@@ -8,10 +8,13 @@ build tool must never creep into what every reader's launch installs.
 from __future__ import annotations
 
 import ast
+import functools
 import re
+import sys
 from importlib import metadata
 from pathlib import Path
 
+import nbformat
 import pytest
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
@@ -31,6 +34,10 @@ TOOL_PREFIXES = ("pytest-", "sphinx", "sphinxcontrib-")
 UNPINNED = {"setuptools", "pip", "wheel"}
 # Import names of the chapters that differ from their distribution's name.
 DISTRIBUTION_OF = {"IPython": "ipython", "myst_nb": "myst-nb", "yaml": "pyyaml"}
+# What every Jupyter kernel brings (Colab's too): the course extra need not install it.
+KERNEL = {"ipython", "ipykernel"}
+# An import inside a try that catches these has a fallback: the code runs without the module.
+OPTIONAL = {"ImportError", "ModuleNotFoundError"}
 
 
 def pins(path: Path) -> dict[str, Version]:
@@ -87,49 +94,97 @@ def test_binder_pins_everything_its_packages_pull_in(binder):
     assert not unpinned, f"dependencies binder/requirements.txt leaves unpinned (needed by): {unpinned}"
 
 
-def _top_level_imports(source: str) -> set[str]:
-    """Modules a chapter's code cells import outside a ``try`` (an import in a try has a fallback)."""
+def imports(code: str) -> set[str]:
+    """Top-level names of the modules ``code`` imports: at the top or inside a function (a lazy import
+    runs when the function is called), except where a ``try`` catches the ImportError (a fallback)."""
+    code = "\n".join("" if ln.lstrip().startswith(("%", "!")) else ln for ln in code.splitlines())
+    tree = ast.parse(code)
+    optional = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Try):
+            caught = set()
+            for handler in node.handlers:
+                kinds = handler.type.elts if isinstance(handler.type, ast.Tuple) else [handler.type]
+                caught |= {k.id for k in kinds if isinstance(k, ast.Name)}
+            if caught & OPTIONAL:
+                optional |= {id(n) for statement in node.body for n in ast.walk(statement)}
     found = set()
-    for block in re.findall(r"```\{code-cell\}[^\n]*\n(.*?)```", source, re.S):
-        code = "\n".join(ln for ln in block.splitlines() if not ln.lstrip().startswith(("%", "!", ":")))
-        try:
-            tree = ast.parse(code)
-        except SyntaxError:
+    for node in ast.walk(tree):
+        if id(node) in optional:
             continue
-        guarded = {id(n) for t in ast.walk(tree) if isinstance(t, ast.Try) for b in t.body
-                   for n in ast.walk(b)}
-        for node in ast.walk(tree):
-            if id(node) in guarded:
-                continue
-            if isinstance(node, ast.Import):
-                found |= {a.name.split(".")[0] for a in node.names}
-            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-                found.add(node.module.split(".")[0])
+        if isinstance(node, ast.Import):
+            found |= {a.name.split(".")[0] for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.add(node.module.split(".")[0])
     return found
 
 
-def test_binder_has_what_the_chapters_import(binder):
-    stdlib = set(__import__("sys").stdlib_module_names)
-    needed = set()
-    for chapter in sorted((ROOT / "book").glob("*.md")):
-        needed |= _top_level_imports(chapter.read_text(encoding="utf-8"))
-    needed -= stdlib | {"linattn_core"}
-    # The import name's distribution, as installed here (e.g. threadpoolctl, plotly, torch).
-    dists = metadata.packages_distributions()
-    missing = {}
-    for module in sorted(needed):
-        names = [DISTRIBUTION_OF.get(module)] if module in DISTRIBUTION_OF else dists.get(module, [module])
-        if not any(canonicalize_name(n) in binder for n in names):
-            missing[module] = names
-    assert not missing, f"chapters import what binder/requirements.txt does not install: {missing}"
+@functools.cache
+def reachable_imports() -> dict[str, set[str]]:
+    """Third-party module -> where it is imported: every module of linattn_core (a notebook can reach
+    each), lazy imports included, and every code cell of every notebook."""
+    where: dict[str, set[str]] = {}
+    sources = [(str(p.relative_to(ROOT)), p.read_text(encoding="utf-8"))
+               for p in sorted((ROOT / "linattn_core").rglob("*.py"))]
+    for path in sorted((ROOT / "notebooks").glob("*.ipynb")):
+        cells = nbformat.read(path, as_version=4).cells
+        sources += [(f"notebooks/{path.name}", c.source) for c in cells if c.cell_type == "code"]
+    for name, code in sources:
+        for module in imports(code) - set(sys.stdlib_module_names) - {"linattn_core"}:
+            where.setdefault(module, set()).add(name)
+    return where
 
 
-def test_postbuild_installs_the_package_without_its_dependencies():
+def distributions(module: str) -> list[str]:
+    """The distributions that install an import name, as installed here (e.g. torch, plotly)."""
+    if module in DISTRIBUTION_OF:
+        return [DISTRIBUTION_OF[module]]
+    return [canonicalize_name(n) for n in _installed().get(module, [module])]
+
+
+@functools.cache
+def _installed() -> dict[str, list[str]]:
+    return metadata.packages_distributions()
+
+
+def test_the_import_scan_follows_lazy_imports_and_skips_fallbacks():
+    code = ("import numpy as np\n"
+            "def quiz():\n    from jupyterquiz.dynamic import loader\n"
+            "try:\n    import psutil\nexcept ImportError:\n    psutil = None\n"
+            "try:\n    import linattn_core\nexcept ImportError:\n    pass\n"
+            "%pip install x\n")
+    assert imports(code) == {"numpy", "jupyterquiz"}
+    assert "jupyterquiz" in reachable_imports()  # course.quiz imports it lazily
+
+
+def test_binder_has_what_the_notebooks_and_the_package_import(binder):
+    missing = {module: sorted(where) for module, where in reachable_imports().items()
+               if not any(d in binder for d in distributions(module))}
+    assert not missing, f"binder/requirements.txt does not install what these import: {missing}"
+
+
+def test_the_course_extra_has_what_the_notebooks_and_the_package_import():
+    """A reader outside Binder installs linattn_core[course] (every notebook's install cell does)."""
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    course = {canonicalize_name(Requirement(r).name) for r in project["optional-dependencies"]["course"]}
+    course |= {canonicalize_name(Requirement(r).name) for r in project["dependencies"]}
+    missing = {module: sorted(where) for module, where in reachable_imports().items()
+               if not set(distributions(module)) & (course | KERNEL)}
+    assert not missing, f"pyproject's course extra does not install what these import: {missing}"
+
+
+def test_postbuild_installs_the_package_and_fetches_the_text():
     script = (BINDER / "postBuild").read_text(encoding="utf-8")
     assert script.startswith("#!"), "postBuild needs a shebang (Binder executes it)"
     assert (BINDER / "postBuild").stat().st_mode & 0o111, "postBuild must be executable"
-    installs = re.search(r"pip install --no-deps (-e )?\.\s*$", script, re.M)
-    assert installs, "postBuild must install linattn_core"
+    commands = [ln for ln in script.splitlines() if ln.strip() and not ln.lstrip().startswith("#")]
+    # as a reader's pip install: not editable (what tests/book/test_notebooks_where_readers_run.py runs)
+    assert "python -m pip install --no-deps ." in commands, "postBuild must install linattn_core, not -e"
+    # the training text into the image, by the installed package (from /, not the checkout)
+    assert "(cd / && python -m linattn_core.lm.data)" in commands, "postBuild must fetch the training text"
+    assert commands.index("(cd / && python -m linattn_core.lm.data)") > commands.index(
+        "python -m pip install --no-deps .")
 
 
 def test_binder_has_what_the_package_and_a_live_kernel_need(binder):
