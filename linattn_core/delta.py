@@ -1,22 +1,31 @@
 """The delta rule: a state that corrects its own error instead of only adding to it.
 
 Plain linear attention writes ``S_t = S_{t-1} + phi(k_t) v_t^T``: an old value stored under a
-similar key is never removed, it only piles up. The delta rule (Schlag et al. 2021; DeltaNet, Yang
-et al. 2024) first reads what the state already predicts for ``k_t`` and writes only the correction::
+similar key is never removed, it only piles up. The delta rule (Schlag et al. 2021 made it an
+attention layer, DeltaNet; Yang et al. 2024 parallelised it over the sequence and trained it at scale)
+first reads what the state already predicts for ``k_t`` and writes only the correction::
 
     S_t = S_{t-1} + beta_t phi(k_t) (v_t - S_{t-1}^T phi(k_t))^T,        y_t = S_t^T phi(q_t)
 
 With unit-norm features and ``beta_t = 1`` the write replaces the value stored under ``k_t``.
-Features are L2-normalized by default (``normalize_qk=True``), which keeps the update a contraction
-for ``0 <= beta_t <= 2``. There is no normalizer ``z``: the state is a fast-weight memory read by a
-product.
+Features are L2-normalized by default (``normalize_qk=True``), which keeps the update non-expansive
+for ``0 <= beta_t <= 2``: the old state is multiplied by ``I - beta_t phi(k_t) phi(k_t)^T``, whose
+eigenvalues are ``1 - beta_t`` (along ``phi(k_t)``) and 1 (every direction orthogonal to it), so nothing
+is amplified, and the orthogonal directions are kept exactly (not a contraction). There is no
+normalizer ``z``: the state is a fast-weight memory read by a product.
+
+DeltaNet (Yang et al.) applies SiLU to ``q`` and ``k`` and then the L2 normalization, after a short
+causal convolution; this function's default feature map is the identity before the L2 normalization,
+``phi(k) = k / ||k||``, which the book uses for clarity. Pass ``feature_map=`` (any callable, a SiLU
+included) for DeltaNet's features.
 
 Three forms, all exact:
 
 - ``"recurrent"``: the step loop above, the literal reference;
 - ``"quadratic"``: all at once. Writing ``S_t = sum_{j <= t} phi(k_j) u_j^T``, the corrections solve a
-  unit lower-triangular system ``(I + tril(diag(beta) K K^T, -1)) U = diag(beta) V`` (the UT/WY
-  representation), then ``Y = tril(Q K^T) U``: an ``N x N`` form like kernel attention's;
+  unit lower-triangular system ``(I + tril(diag(beta) K K^T, -1)) U = diag(beta) V`` (DeltaNet's GPU
+  kernels compute the same thing as the WY representation of the product of the transitions, with the
+  UT transform), then ``Y = tril(Q K^T) U``: an ``N x N`` form like kernel attention's;
 - ``"chunked"``: the same solve inside chunks of ``C`` tokens, with the state carried between them
   (``U_c = T_c^{-1} diag(beta_c) (V_c - K_c S)``, ``Y_c = Q_c S + tril(Q_c K_c^T) U_c``,
   ``S <- S + K_c^T U_c``).
@@ -68,7 +77,8 @@ def delta_rule_attention(
     beta : float in [0, 2], or array of shape (..., N)
         The write strength ``beta_t`` of each token (1: overwrite the value stored under ``k_t``).
     feature_map : str, FeatureMap or callable
-        ``phi``, applied before the L2 normalization (default: the identity, as in DeltaNet).
+        ``phi``, applied before the L2 normalization. The default is the identity, used by the book for
+        clarity; DeltaNet applies SiLU here (a callable such as ``lambda x: x / (1 + np.exp(-x))``).
     normalize_qk : bool
         Scale ``phi(q_t)`` and ``phi(k_t)`` to unit length (True keeps the update stable). Unit rows
         also remove any positive constant a map multiplies a row by, so a stabilised Performer is exact
