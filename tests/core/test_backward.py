@@ -10,13 +10,13 @@ from __future__ import annotations
 import math
 
 import pytest
+from _measure import median_peak, one_thread, slope
 from _tolerances import assert_close
 
 torch = pytest.importorskip("torch")
 
 from linattn_core import get_feature_map, kernel_attention, linear_attention, linear_grad  # noqa: E402
 from linattn_core.decay import decayed_kernel_attention, decayed_linear_attention  # noqa: E402
-from linattn_core.tools import timing as T  # noqa: E402
 
 F64 = torch.float64
 ELU = get_feature_map("elu+1")
@@ -190,33 +190,40 @@ def test_dtype_and_device_are_kept(dtype, device):
         assert_close(got, want.to(dtype=dtype), dtype=dtype)
 
 
-def _train_peak(n, nb=2, d=32, dtype=F64, off=False):
+def _train_peak(n, nb, d, off=False, repeats=3):
+    # the peak extra memory of one forward + backward (median_peak: settled, warmed up, repeated)
     gen = torch.Generator().manual_seed(8)
-    q, k, v, dout = (torch.randn(nb, n, d, generator=gen, dtype=dtype) for _ in range(4))
+    q, k, v, dout = (torch.randn(nb, n, d, generator=gen, dtype=F64) for _ in range(4))
     q, k, v = (x.requires_grad_() for x in (q, k, v))
 
     def step():
         out = linear_attention(q, k, v, causal=True, method="cumsum" if off else "chunked")
         return out, torch.autograd.grad(out, (q, k, v), dout)
 
-    if off:  # plain autograd through the cumsum form: the N x d_phi x d_v prefix states
-        return T.peak_memory(step, device="cpu")[0]
-    step()  # warm-up: torch's own first-call allocations are not the algorithm's
-    return T.peak_memory(step, device="cpu")[0]
+    return median_peak(step, repeats=repeats)
 
 
 def test_memory_is_linear_in_n_and_never_a_prefix_state_tensor(monkeypatch):
     """Measured: the extra memory of a forward + backward grows like N (out, dq, dk, dv), and stays
-    far below the N x d_phi x d_v prefix states that autograd through the cumsum form keeps."""
+    far below the N x d_phi x d_v prefix states that autograd through the cumsum form keeps.
+
+    The growth per token is a least-squares slope over three lengths, each point the median of three
+    measurements: one measurement moves by up to a tensor (allocator rounding, pages it kept), so the
+    bounds sit a factor of two or more away from what is measured (about 4 tensors per token).
+    """
     monkeypatch.setattr(linear_grad, "_BLOCK_ROWS", 1024)  # small blocks: the O(N) part dominates
-    n, nb, d = 8192, 2, 32
-    peak_n, peak_2n = _train_peak(n), _train_peak(2 * n)
-    if peak_n is None:
-        pytest.skip("peak memory is not measurable here")
-    token_bytes = nb * n * d * 8  # one (nb, N, d) float64 tensor
-    prefix_states = nb * n * d * d * 8  # S_1 .. S_N: 32 such tensors here
-    assert peak_n <= 10 * token_bytes < prefix_states / 3
-    # doubling N adds what grows with N: out, dq, dk, dv (4 tensors of the shorter length)
-    assert 2 * token_bytes <= peak_2n - peak_n <= 6 * token_bytes
-    # what it replaces: autograd through the cumsum form keeps every prefix state
-    assert _train_peak(n // 4, off=True) >= prefix_states // 4
+    nb, d, lengths = 2, 64, [4096, 8192, 16384]
+    tensor = nb * d * 8  # bytes per token of one (nb, N, d) float64 tensor
+    prefix = nb * d * d * 8  # bytes per token of the prefix states S_t: d = 64 such tensors
+    with one_thread():
+        peaks = [_train_peak(n, nb, d) for n in lengths]
+        if None in peaks:
+            pytest.skip("peak memory is not measurable here")
+        # what it replaces: autograd through the cumsum form keeps every prefix state (measured: 5x them)
+        off = _train_peak(1024, nb, d, off=True, repeats=1)
+    growth = slope(lengths, peaks)
+    # out, dq, dk, dv must grow with N: 4 tensors per token; half of that would mean the measurement
+    # misses them, three times that an O(N) buffer too many
+    assert 2 * tensor <= growth <= 12 * tensor, f"{growth / tensor:.2f} tensors per token"
+    assert growth <= prefix / 4 and peaks[-1] <= prefix * lengths[-1] / 4
+    assert off >= prefix * 1024
