@@ -1,8 +1,9 @@
 """The language model of the training chapter: one set of weights, two ways to run it.
 
-For every attention kind, the logits computed one token at a time from the per-layer states (or the
-KV cache) equal the logits of the parallel (chunked) form, in float64: the causal recurrence at the
-scale of a whole model. Lengths the chunk size does not divide are included.
+For every attention layer, with and without the short convolution, the logits computed one token at
+a time from the per-layer states (or the KV cache) equal the logits of the parallel (chunked) form,
+in float64: the causal recurrence at the scale of a whole model. Lengths the chunk size does not
+divide are included.
 """
 
 from __future__ import annotations
@@ -13,9 +14,11 @@ torch = pytest.importorskip("torch")
 
 from _tolerances import assert_close  # noqa: E402 - after the importorskip
 
+from linattn_core.lm.layers import LAYERS  # noqa: E402
 from linattn_core.lm.model import KINDS, LanguageModel, ModelConfig  # noqa: E402
 
 VOCAB = 13
+CONVS = [None, 0, 3]  # each layer's own default, none, a kernel of 3 on every layer
 
 
 def _model(kind: str, seed: int = 0, **overrides) -> LanguageModel:
@@ -36,6 +39,10 @@ def _tokens(batch: int, n: int, seed: int = 2) -> torch.Tensor:
     return torch.randint(0, VOCAB, (batch, n), generator=torch.Generator().manual_seed(seed))
 
 
+def test_kinds_are_the_registry():
+    assert KINDS == tuple(LAYERS)
+
+
 @pytest.mark.parametrize("n", [1, 8, 37, 64])
 @pytest.mark.parametrize("kind", KINDS)
 def test_step_logits_equal_parallel_logits(kind, n):
@@ -47,9 +54,20 @@ def test_step_logits_equal_parallel_logits(kind, n):
     assert_close(model.step_logits(idx), parallel)
 
 
+@pytest.mark.parametrize("conv", CONVS, ids=lambda c: f"conv={c}")
 @pytest.mark.parametrize("kind", KINDS)
-def test_parallel_form_is_causal(kind):
-    model = _model(kind)
+def test_step_logits_equal_parallel_logits_with_and_without_conv(kind, conv):
+    model = _model(kind, conv=conv)
+    idx = _tokens(2, 21)
+    with torch.no_grad():
+        parallel = model(idx)
+    assert_close(model.step_logits(idx), parallel)
+
+
+@pytest.mark.parametrize("conv", CONVS, ids=lambda c: f"conv={c}")
+@pytest.mark.parametrize("kind", KINDS)
+def test_parallel_form_is_causal(kind, conv):
+    model = _model(kind, conv=conv)
     idx = _tokens(1, 30)
     changed = idx.clone()
     changed[0, 20:] = (changed[0, 20:] + 1) % VOCAB
@@ -61,14 +79,14 @@ def test_parallel_form_is_causal(kind):
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_every_parameter_gets_a_gradient(kind):
-    model = _model(kind)
+    model = _model(kind, conv=3)
     idx = _tokens(2, 20)
     model.loss(idx[:, :-1], idx[:, 1:]).backward()
     missing = [name for name, p in model.named_parameters() if p.grad is None or not p.grad.abs().sum() > 0]
     assert not missing, f"no gradient reaches {missing}"
 
 
-@pytest.mark.parametrize("kind", ["softmax", "decay", "delta"])
+@pytest.mark.parametrize("kind", ["softmax", "retnet", "gla", "deltanet"])
 def test_generate_is_seeded_and_keeps_the_prompt(kind):
     model = _model(kind).float()
     prompt = _tokens(3, 5)
@@ -81,25 +99,34 @@ def test_generate_is_seeded_and_keeps_the_prompt(kind):
 
 def test_generate_samples_from_the_step_logits():
     """Greedy decoding (a tiny temperature) picks the argmax of the parallel logits at each step."""
-    model = _model("elu+1")
+    model = _model("deltanet")
     out = model.generate(_tokens(2, 4), 6, temperature=1e-6, generator=torch.Generator().manual_seed(0))
     with torch.no_grad():
         logits = model(out[:, :-1])
     assert torch.equal(out[:, 4:], logits[:, 3:].argmax(-1))
 
 
-def test_linear_state_is_constant_and_cache_grows():
-    lin, soft = _model("elu+1"), _model("softmax")
+@pytest.mark.parametrize("kind", KINDS)
+def test_state_size_is_what_the_states_hold(kind):
+    """state_size counts the numbers of the step form's state: constant for the linear layers, the
+    KV cache growing by 2 C numbers a token; the conv's history included."""
+    model = _model(kind, conv=3)
     idx = _tokens(1, 40)
-    s_lin, s_soft = lin.new_states(1), soft.new_states(1)
+    states = model.new_states(1)
     sizes = []
     with torch.no_grad():
         for t in range(40):
-            lin.step(idx[:, t], s_lin, t)
-            soft.step(idx[:, t], s_soft, t)
-            sizes.append((sum(s.nbytes for s in s_lin), sum(s.nbytes for s in s_soft)))
-    assert sizes[0][0] == sizes[-1][0]
-    assert sizes[-1][1] == 40 * sizes[0][1]
+            model.step(idx[:, t], states, t)
+            sizes.append(sum(s.nbytes for s in states) // 8)  # float64: 8 bytes a number
+    attn = [block.attn for block in model.blocks]
+    assert sizes[-1] == sum(a.state_size(40) for a in attn)
+    assert sizes[0] == sum(a.state_size(1) for a in attn)
+    conv = sum(s.conv.numel() for s in states)
+    assert conv == 2 * 2 * 3 * 16  # (kernel - 1) past inputs of 3C channels in each of 2 layers
+    if kind == "softmax":
+        assert sizes[-1] - conv == 40 * (sizes[0] - conv) == 40 * 2 * 2 * 16
+    else:
+        assert sizes[0] == sizes[-1]
 
 
 def test_bad_configuration_is_a_clear_error():
@@ -109,6 +136,9 @@ def test_bad_configuration_is_a_clear_error():
         ModelConfig(vocab_size=5, n_embd=10, n_head=4)
     with pytest.raises(ValueError, match="n_layer"):
         ModelConfig(vocab_size=5, n_layer=0)
+    for conv in (-1, True, 2.0):
+        with pytest.raises(ValueError, match="conv"):
+            ModelConfig(vocab_size=5, conv=conv)
     model = _model("softmax", block_size=8)
     with pytest.raises(ValueError, match="block_size"):
         model(_tokens(1, 9))
