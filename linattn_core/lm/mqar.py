@@ -3,7 +3,9 @@
 ::
 
     python -m linattn_core.mqar --preset book                                 # the chapter's small run
-    python -m linattn_core.mqar --preset full --json results/mqar_full.json   # the stored full run
+    python -m linattn_core.mqar --preset full --json mqar_full.json           # the stored full run
+    python -m linattn_core.mqar --kinds softmax deltanet --widths 32 64 --pairs 8 32 --conv 4 \\
+        --lr 1e-3 --seeds 0 1 2 --n-keys 64 --n-values 64 --steps 3000 --json sweep.json
 
 The task. A sequence holds ``n_pairs`` key-value pairs, then ``n_queries`` queries, each a key that
 appeared among the pairs followed by its value::
@@ -19,7 +21,7 @@ reads the sequence left to right (causal) and is scored only where the next toke
 at the position of each query key ``q_i`` it must output ``a_i``. Every other target is
 :data:`IGNORE`, so the loss and the accuracy count the query positions only.
 No fixed input-output map solves it: the answer depends on the pairs of that one sequence, so the
-model has to look the key up in its context (attention) or in its state (the linear kinds).
+model has to look the key up in its context (attention) or in its state (the linear layers).
 
 A model that does not read the context can do no better than :func:`chance` = ``1 / n_values``:
 the value under a key is uniform and independent of everything outside the sequence. A model that
@@ -27,18 +29,21 @@ reads the context but not the keys, and answers with one of the stored values at
 :func:`bag_chance`; one that answers with the most frequent stored value gets :func:`mode_chance`,
 the best that never reads a key. Above that, a model has looked keys up.
 
-Training reuses the language model of :mod:`linattn_core.lm.model` (the attention chosen by name) and
-the optimiser and schedule of :mod:`linattn_core.lm.train`: AdamW, linear warm-up, cosine decay,
-gradient clipping. The batch of step ``i`` is drawn from ``numpy.random.default_rng([seed, i])``,
-the accuracy is measured on fixed held-out batches, so a run is deterministic on a given machine.
+Training reuses the language model of :mod:`linattn_core.lm.model` (the attention layer chosen by
+name) and the training loop of :mod:`linattn_core.lm.train` (:func:`~linattn_core.lm.train.fit`):
+AdamW, linear warm-up, cosine decay, gradient clipping. The batch of step ``i`` is drawn from
+``numpy.random.default_rng([seed, i])``, the accuracy is measured on fixed held-out batches, so a
+run is deterministic on a given machine. Each run of a sweep is seeded on its own, so a sweep split
+over several processes (``--kinds``) and merged (``--merge``) holds the numbers of one process.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -46,15 +51,16 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from .._provenance import environment, git_commit
+from .._provenance import environment, git_commit, pick_device
 from .model import KINDS, LanguageModel, ModelConfig
-from .train import TrainConfig, lr_at, make_optimizer, optimizer_step
+from .train import FIRST_LOSSES, TrainConfig, fit, thin_curves
 
-__all__ = ["IGNORE", "PRESETS", "RECALL_KINDS", "RecallConfig", "accuracy", "bag_chance", "chance",
-           "make_batch", "merge", "mode_chance", "recall_loss", "replay_losses", "run_preset", "train_recall"]
+__all__ = ["FIRST_LOSSES", "IGNORE", "PRESETS", "RECALL_KINDS", "Preset", "RecallConfig", "accuracy",
+           "bag_chance", "chance", "make_batch", "merge", "mode_chance", "recall_loss", "replay_losses",
+           "run_preset", "run_sweep", "train_recall"]
 
 IGNORE = -100  # target of every position that is not a query (F.cross_entropy's ignore_index)
-RECALL_KINDS = ("softmax", "elu+1", "decay", "delta")
+RECALL_KINDS = ("softmax", "elu+1", "retnet", "deltanet")
 
 
 def _check_sizes(batch: int, n_pairs: int, n_keys: int, n_values: int, n_queries: int) -> None:
@@ -105,19 +111,27 @@ def bag_chance(n_pairs: int, n_values: int) -> float:
 
 
 def mode_chance(n_pairs: int, n_values: int, *, samples: int = 100_000, seed: int = 0) -> float:
-    """Accuracy of answering with the most frequent stored value (ties broken at random), estimated
-    on ``samples`` sequences: the best a model can do that reads the values but never a key.
+    """Accuracy of answering with the most frequent stored value, estimated on ``samples`` sequences:
+    the best a model can do that reads the values but never a key.
 
-    Values repeat within a sequence when ``n_pairs`` is not small against ``n_values``, so this is
-    above :func:`bag_chance`; a model above it must have looked keys up.
+    Ties are split: when ``m`` values share the top count, the answer is one of them picked at random,
+    right with probability ``1 / m`` if the stored answer is among them. Values repeat within a
+    sequence when ``n_pairs`` is not small against ``n_values``, so this is above :func:`bag_chance`;
+    a model above it must have looked keys up.
     """
     x, y = make_batch(samples, n_pairs, n_keys=n_pairs, n_values=n_values, n_queries=1, seed=seed)
-    values = x[:, 1 : 2 * n_pairs : 2].numpy() - n_pairs  # (S, n) in 0 .. n_values - 1
-    answer = y[:, 2 * n_pairs].numpy() - n_pairs  # (S,)
-    counts = np.zeros((samples, n_values))
-    np.add.at(counts, (np.arange(samples)[:, None], values), 1.0)
-    top = counts == counts.max(1, keepdims=True)  # (S, V): the most frequent values
-    return float(np.mean(top[np.arange(samples), answer] / top.sum(1)))
+    values = x[:, 1 : 2 * n_pairs : 2].numpy()  # (S, n)
+    answer = y[:, 2 * n_pairs].numpy()  # (S,)
+    rows = max(1, 10_000_000 // (n_pairs * n_pairs))  # (rows, n, n) comparisons at a time
+    hits = 0.0
+    for s in range(0, samples, rows):
+        vals, ans = values[s : s + rows], answer[s : s + rows]
+        count = (vals[:, :, None] == vals[:, None, :]).sum(-1)  # (r, n): occurrences of each stored value
+        top = count.max(1)  # (r,)
+        n_modes = (count == top[:, None]).sum(1) / top  # distinct values with the top count
+        answer_count = (vals == ans[:, None]).sum(1)
+        hits += float(np.sum((answer_count == top) / n_modes))
+    return hits / samples
 
 
 def recall_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
@@ -146,6 +160,7 @@ class RecallConfig:
     n_queries: int | None = None  # default n_pairs
     n_layer: int = 2
     n_head: int = 2
+    conv: int | None = None  # short conv kernel (None: each layer's own default, 0: none)
     batch_size: int = 64
     lr: float = 3e-3
     warmup_steps: int = 30
@@ -161,39 +176,31 @@ class RecallConfig:
     def model_config(self) -> ModelConfig:
         return ModelConfig(vocab_size=self.n_keys + self.n_values, attention=self.attention,
                            block_size=self.seq_len, n_layer=self.n_layer, n_head=self.n_head,
-                           n_embd=self.n_embd, chunk_size=max(16, self.seq_len), seed=self.seed)
+                           n_embd=self.n_embd, chunk_size=max(16, self.seq_len), conv=self.conv,
+                           seed=self.seed)
 
     def train_config(self) -> TrainConfig:
-        """The language model's optimiser settings, with this run's rate, warm-up and length."""
+        """The training loop's settings: this run's rate, warm-up, length and evaluation interval."""
         return TrainConfig(attention=self.attention, lr=self.lr, warmup_steps=self.warmup_steps,
-                           max_steps=self.steps, weight_decay=self.weight_decay, seed=self.seed)
+                           max_steps=self.steps, weight_decay=self.weight_decay,
+                           eval_interval=self.eval_interval, seed=self.seed)
 
     def batch(self, size: int, seed: Any) -> tuple[torch.Tensor, torch.Tensor]:
         return make_batch(size, self.n_pairs, n_keys=self.n_keys, n_values=self.n_values,
                           n_queries=self.n_queries, seed=seed)
 
 
-@torch.no_grad()
-def _evaluate(model: LanguageModel, cfg: RecallConfig) -> tuple[float, float]:
-    """Loss and accuracy on the same held-out sequences every time (seed [seed, 2**31])."""
-    model.eval()
-    x, y = cfg.batch(cfg.eval_batch, [cfg.seed, 2**31])
-    logits = model(x)
-    model.train()
-    return float(recall_loss(logits, y)), accuracy(logits, y)
-
-
 def train_recall(kind: str, width: int, n_pairs: int, steps: int, *, progress: bool = False,
-                 stop_after: int | None = None, **options: Any) -> dict:
-    """Train one model on MQAR; return its configuration, curves and final held-out accuracy.
+                 stop_after: int | None = None, device: str = "cpu", **options: Any) -> dict:
+    """Train one model on MQAR with :func:`~linattn_core.lm.train.fit`; return its configuration, curves
+    and final held-out accuracy.
 
-    ``options`` are the other fields of :class:`RecallConfig` (``n_keys``, ``lr``, ``seed``, ...).
+    ``options`` are the other fields of :class:`RecallConfig` (``n_keys``, ``lr``, ``seed``, ``conv``, ...).
     ``stop_after`` ends the run after that many steps (the schedule is still that of ``steps``).
     The results hold ``model`` (the trained :class:`~linattn_core.lm.model.LanguageModel`); the curves
-    are ``step``/``loss`` (every step) and ``eval_step``/``eval_loss``/``eval_accuracy``.
+    are ``step``/``train_loss``/``lr`` (every step) and ``val_step``/``val_loss``/``val_accuracy``;
+    ``state_size`` is the numbers one attention layer keeps per sequence at the end of a sequence.
     """
-    from tqdm.auto import tqdm
-
     if kind not in KINDS:
         raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
     for name, value in (("width", width), ("steps", steps)):
@@ -201,52 +208,50 @@ def train_recall(kind: str, width: int, n_pairs: int, steps: int, *, progress: b
             raise ValueError(f"{name} must be a positive int, got {value!r}")
     cfg = RecallConfig(attention=kind, n_embd=width, n_pairs=n_pairs, steps=steps, **options)
     cfg.batch(1, 0)  # the task's sizes are checked before any training
-    tcfg = cfg.train_config()
+    device = pick_device(device).type
     torch.manual_seed(cfg.seed)
-    model = LanguageModel(cfg.model_config())
-    opt = make_optimizer(model, tcfg)
-    curves: dict[str, list] = {"step": [], "loss": [], "eval_step": [], "eval_loss": [], "eval_accuracy": []}
-    t0 = time.perf_counter()
-    end = steps if stop_after is None else min(steps, stop_after)
-    for step in tqdm(range(end), desc=f"{kind} n={n_pairs}", disable=not progress, leave=False):
-        if step % cfg.eval_interval == 0:
-            _record_eval(model, cfg, step, curves)
-        x, y = cfg.batch(cfg.batch_size, [cfg.seed, step])  # the batch depends only on (seed, step)
-        loss = recall_loss(model(x), y)
-        optimizer_step(opt, model, loss, lr_at(step, tcfg), tcfg.grad_clip)
-        curves["step"].append(step)
-        curves["loss"].append(loss.item())
-    _record_eval(model, cfg, end, curves)
-    wall = time.perf_counter() - t0
-    return {"config": asdict(cfg), "parameters": model.num_parameters(), "chance": chance(cfg.n_values),
+    model = LanguageModel(cfg.model_config()).to(device)
+    x_val, y_val = (t.to(device) for t in cfg.batch(cfg.eval_batch, [cfg.seed, 2**31]))  # held out, fixed
+
+    def batch(step: int) -> tuple[torch.Tensor, torch.Tensor]:
+        return tuple(t.to(device) for t in cfg.batch(cfg.batch_size, [cfg.seed, step]))  # (seed, step) only
+
+    def evaluate() -> dict[str, float]:
+        logits = model(x_val)
+        return {"loss": float(recall_loss(logits, y_val)), "accuracy": accuracy(logits, y_val)}
+
+    run = fit(model, cfg.train_config(), batch=batch, loss=recall_loss, evaluate=evaluate, config=asdict(cfg),
+              stop_after=stop_after, progress=progress, desc=f"{kind} n={n_pairs}")
+    curves = run["curves"]
+    return {"config": asdict(cfg), "parameters": model.num_parameters(),
+            "state_size": model.blocks[0].attn.state_size(cfg.seq_len), "chance": chance(cfg.n_values),
             "bag_chance": bag_chance(cfg.n_pairs, cfg.n_values),
-            "final_accuracy": curves["eval_accuracy"][-1], "final_loss": curves["eval_loss"][-1],
-            "wall_s": wall, "curves": curves, "model": model}
-
-
-def _record_eval(model: LanguageModel, cfg: RecallConfig, step: int, curves: dict) -> None:
-    loss, acc = _evaluate(model, cfg)
-    curves["eval_step"].append(step)
-    curves["eval_loss"].append(loss)
-    curves["eval_accuracy"].append(acc)
+            "final_accuracy": curves["val_accuracy"][-1], "final_loss": curves["val_loss"][-1],
+            "wall_s": run["wall_s"], "curves": curves, "model": model}
 
 
 @dataclass(frozen=True)
 class Preset:
-    """A sweep: every kind, width and number of pairs, with the same task and optimisation."""
+    """A sweep: every layer, width, number of pairs and seed, with the same task and optimisation."""
 
     kinds: tuple[str, ...]
     widths: tuple[int, ...]
     pairs: tuple[int, ...]
     steps: int
-    options: dict
+    options: dict  # the other fields of RecallConfig
+    seeds: tuple[int, ...] = (0,)
 
-    def runs(self) -> list[tuple[str, int, int]]:
-        return [(k, w, n) for w in self.widths for n in self.pairs for k in self.kinds]
+    def runs(self) -> list[tuple[str, int, int, int]]:
+        """``(kind, width, n_pairs, seed)`` of every run, in the order they run."""
+        return [(k, w, n, s) for w in self.widths for n in self.pairs for k in self.kinds for s in self.seeds]
+
+    def to_dict(self) -> dict:
+        """JSON-ready (tuples as lists)."""
+        return json.loads(json.dumps(asdict(self)))
 
 
-# The book's run: 8 keys + 8 values, width 32 with 2 heads, so each head's state is d_phi x d_v =
-# 16 x 16 for elu+1 and decay (the delta rule's identity features: 16 too); a few seconds per kind.
+# The book's run: 8 keys + 8 values, width 32 with 2 heads, so each head's state is 16 x 16 (plus the
+# normalizer for elu+1); a few seconds per layer.
 _TASK = {"n_keys": 8, "n_values": 8, "batch_size": 32, "lr": 3e-3, "warmup_steps": 30,
          "eval_interval": 100, "eval_batch": 512}
 # The stored run: a larger task and model (16 keys + 16 values, width 64 with 2 heads: states of
@@ -254,104 +259,143 @@ _TASK = {"n_keys": 8, "n_values": 8, "batch_size": 32, "lr": 3e-3, "warmup_steps
 _FULL_TASK = {"n_keys": 16, "n_values": 16, "batch_size": 64, "lr": 3e-3, "warmup_steps": 100,
               "eval_interval": 250, "eval_batch": 512}
 PRESETS: dict[str, Preset] = {
-    # inside the book build: every kind once, a few seconds each on a 2-core CPU
+    # inside the book build: every layer once, a few seconds each on a 2-core CPU
     "book": Preset(RECALL_KINDS, (32,), (4,), 300, _TASK),
     # the stored run: accuracy against the number of pairs (one process per core, one thread each)
     "full": Preset(RECALL_KINDS, (64,), (2, 4, 8, 16), 3000, _FULL_TASK),
 }
 
-# How many per-step losses the stored JSON keeps in full (the reproduction test replays them);
-# after that, one loss every LOSS_STRIDE steps keeps the file small.
-FIRST_LOSSES = 10
-LOSS_STRIDE = 10
-
 
 def _stored(result: dict) -> dict:
-    """A run's results as stored: no model, the loss curve thinned after its first steps."""
-    curves = dict(result["curves"])
-    step, loss = curves.pop("step"), curves.pop("loss")
-    keep = [i for i in range(len(step)) if i < FIRST_LOSSES or i % LOSS_STRIDE == 0]
-    curves["step"], curves["loss"] = [step[i] for i in keep], [loss[i] for i in keep]
-    return {**{k: v for k, v in result.items() if k not in ("model", "curves")}, "curves": curves}
+    """A run's results as stored: no model, the per-step curves thinned after their first steps."""
+    return {**{k: v for k, v in result.items() if k not in ("model", "curves")},
+            "curves": thin_curves(result["curves"])}
+
+
+def run_sweep(preset: Preset, *, name: str = "custom", progress: bool = True, threads: int | None = None,
+              device: str = "cpu") -> dict:
+    """Run every configuration of ``preset``; return the runs with the commit, hardware and wall time.
+
+    Every run is seeded on its own (its ``seed`` and step), so a sweep split by kind over several
+    processes and merged (:func:`merge`) holds the same numbers as one process running them all.
+    """
+    unknown = [k for k in preset.kinds if k not in KINDS]
+    if unknown:
+        raise ValueError(f"kinds must be among {KINDS}, got {unknown!r}")
+    if threads is not None:
+        torch.set_num_threads(threads)
+    device = pick_device(device).type
+    t0, runs = time.perf_counter(), []
+    commit = git_commit()  # the code that runs is the code at the start (HEAD may move meanwhile)
+    for kind, width, n_pairs, seed in preset.runs():
+        options = {**preset.options, "seed": seed}
+        result = train_recall(kind, width, n_pairs, preset.steps, progress=progress, device=device, **options)
+        runs.append(_stored(result))
+        print(f"{kind:18s} width {width:3d}  {n_pairs:3d} pairs  seed {seed}: accuracy"
+              f" {result['final_accuracy']:.3f} (chance {result['chance']:.3f}), {result['wall_s']:.1f} s",
+              flush=True)
+    return {"preset": name, "command": None, "sweep": preset.to_dict(), "git_commit": commit,
+            "hardware": environment(device), "wall_s": time.perf_counter() - t0, "runs": runs}
 
 
 def run_preset(name: str, *, kinds: list[str] | None = None, progress: bool = True,
-               threads: int | None = None) -> dict:
-    """Run every configuration of a preset (or of its ``kinds`` only); return the runs with the commit,
-    hardware and wall time. Every run is seeded on its own, so a sweep split by kind over several
-    processes and merged (:func:`merge`) holds the same numbers as one process running them all."""
+               threads: int | None = None, device: str = "cpu") -> dict:
+    """Run the preset ``name`` (or its runs of ``kinds`` only) with :func:`run_sweep`."""
     if name not in PRESETS:
         raise ValueError(f"preset must be one of {sorted(PRESETS)}, got {name!r}")
-    if threads is not None:
-        torch.set_num_threads(threads)
-    preset, t0, runs = PRESETS[name], time.perf_counter(), []
-    commit = git_commit()  # the code that runs is the code at the start (HEAD may move meanwhile)
-    if kinds is not None and not set(kinds) <= set(preset.kinds):
-        raise ValueError(f"kinds must be among the preset's {preset.kinds}, got {kinds!r}")
-    for kind, width, n_pairs in preset.runs():
-        if kinds is not None and kind not in kinds:
-            continue
-        result = train_recall(kind, width, n_pairs, preset.steps, progress=progress, **preset.options)
-        runs.append(_stored(result))
-        print(f"{kind:8s} width {width:3d}  {n_pairs:2d} pairs: accuracy {result['final_accuracy']:.3f}"
-              f" (chance {result['chance']:.3f}), {result['wall_s']:.1f} s", flush=True)
-    return {"preset": name, "command": f"python -m linattn_core.mqar --preset {name}",
-            "sweep": {**asdict(preset), "kinds": list(preset.kinds)}, "git_commit": commit,
-            "hardware": environment("cpu"), "wall_s": time.perf_counter() - t0, "runs": runs}
+    preset = PRESETS[name] if kinds is None else replace(PRESETS[name], kinds=tuple(kinds))
+    results = run_sweep(preset, name=name, progress=progress, threads=threads, device=device)
+    results["command"] = f"python -m linattn_core.mqar --preset {name}"
+    return results
 
 
 def merge(parts: list[dict]) -> dict:
-    """One sweep from several processes' parts of it (same preset): runs in preset order.
+    """One sweep from several processes' parts of it (the same sweep but for its kinds): the runs in the
+    sweep's order, the kinds in the registry's order.
 
     Each part keeps the commit it started from in ``git_commits`` (kind -> commit): parts started
     seconds apart can see different commits of a tree others are committing to.
     """
-    if len({p["preset"] for p in parts}) != 1:
-        raise ValueError("the parts come from different presets")
-    preset = PRESETS[parts[0]["preset"]]
-    order = {run: i for i, run in enumerate(preset.runs())}
+    sweeps = [{k: v for k, v in p["sweep"].items() if k != "kinds"} for p in parts]
+    if any(s != sweeps[0] for s in sweeps) or len({p["preset"] for p in parts}) != 1:
+        raise ValueError("the parts come from different presets or sweeps (only their kinds may differ)")
+    kinds = sorted({k for p in parts for k in p["sweep"]["kinds"]}, key=KINDS.index)
+    sweep = {**parts[0]["sweep"], "kinds": kinds}
+    order = {run: i for i, run in enumerate(Preset(**{**sweep, "kinds": tuple(kinds)}).runs())}
 
     def where(run: dict) -> int:
         c = run["config"]
-        return order[(c["attention"], c["n_embd"], c["n_pairs"])]
+        return order[(c["attention"], c["n_embd"], c["n_pairs"], c["seed"])]
 
     runs = sorted((r for p in parts for r in p["runs"]), key=where)
     commits = {r["config"]["attention"]: p["git_commit"] for p in parts for r in p["runs"]}
     same = len(set(commits.values())) == 1
-    return {**parts[0], "runs": runs, "git_commit": parts[0]["git_commit"] if same else None,
+    return {**parts[0], "sweep": sweep, "runs": runs, "git_commit": parts[0]["git_commit"] if same else None,
             "git_commits": commits, "wall_s": max(p["wall_s"] for p in parts), "processes": len(parts),
             "wall_s_per_process": [p["wall_s"] for p in parts]}
 
 
 def replay_losses(run: dict, steps: int) -> list[float]:
-    """The first ``steps`` training losses of a stored run, recomputed from its configuration.
+    """The first ``steps`` training losses of a stored run, recomputed from its configuration (on CPU).
 
     The schedule depends on the run's length, so this trains the first steps of a run as long as
     the stored one and stops there.
     """
     cfg = dict(run["config"])
     kind, width, n_pairs, length = (cfg.pop(k) for k in ("attention", "n_embd", "n_pairs", "steps"))
-    return train_recall(kind, width, n_pairs, length, stop_after=steps, **cfg)["curves"]["loss"]
+    return train_recall(kind, width, n_pairs, length, stop_after=steps, **cfg)["curves"]["train_loss"]
+
+
+def _sweep_from_args(args: argparse.Namespace) -> Preset:
+    """The preset named by ``--preset``, with every option given on the command line in its place."""
+    preset = PRESETS[args.preset]
+    changes = {name: tuple(value) for name in ("kinds", "widths", "pairs", "seeds")
+               if (value := getattr(args, name)) is not None}
+    if args.steps is not None:
+        changes["steps"] = args.steps
+    given = {"lr": args.lr, "conv": args.conv, "n_keys": args.n_keys, "n_values": args.n_values,
+             "n_head": args.n_head}
+    options = {**preset.options, **{k: v for k, v in given.items() if v is not None}}
+    return replace(preset, options=options, **changes)
 
 
 def main(argv: list[str] | None = None) -> dict:
-    parser = argparse.ArgumentParser(description="Train each attention kind on associative recall (MQAR).")
-    parser.add_argument("--preset", choices=sorted(PRESETS), default="book")
-    parser.add_argument("--kinds", nargs="+", default=None, help="only these kinds of the preset")
+    argv = sys.argv[1:] if argv is None else list(argv)
+    parser = argparse.ArgumentParser(description="Train attention layers on associative recall (MQAR).")
+    parser.add_argument("--preset", choices=sorted(PRESETS), default="book",
+                        help="the sweep to start from; the options below replace its values")
+    parser.add_argument("--kinds", nargs="+", choices=KINDS, default=None, help="attention layers")
+    parser.add_argument("--widths", nargs="+", type=int, default=None, help="model widths C")
+    parser.add_argument("--pairs", nargs="+", type=int, default=None, help="key-value pairs per sequence")
+    parser.add_argument("--seeds", nargs="+", type=int, default=None, help="one run per seed")
+    parser.add_argument("--steps", type=int, default=None, help="training steps per run")
+    parser.add_argument("--lr", type=float, default=None, help="peak learning rate")
+    parser.add_argument("--conv", type=int, default=None,
+                        help="short conv kernel on every layer (0: none; default: each layer's own)")
+    parser.add_argument("--n-keys", type=int, default=None, help="key tokens")
+    parser.add_argument("--n-values", type=int, default=None, help="value tokens")
+    parser.add_argument("--n-head", type=int, default=None, help="attention heads")
+    parser.add_argument("--device", choices=("cpu", "cuda", "auto"), default="cpu")
     parser.add_argument("--merge", nargs="+", default=None, help="merge these parts' JSON into --json")
-    parser.add_argument("--json", default=None, help="write the results here (e.g. results/mqar_full.json)")
+    parser.add_argument("--json", default=None, help="write the results here")
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     args = parser.parse_args(argv)
+    if args.threads is not None and args.threads < 1:
+        parser.error(f"--threads must be a positive int, got {args.threads}")
     if args.merge:
         results = merge([json.loads(Path(p).read_text()) for p in args.merge])
-        results["command"] = ("python -m linattn_core.mqar --preset full --kinds KIND --threads 1 --json PART"
-                              " (one process per kind), then python -m linattn_core.mqar --merge PARTS"
-                              f" --json {args.json}")
+        results["commands"] = sorted({json.loads(Path(p).read_text())["command"] for p in args.merge})
+        results["command"] = "python -m linattn_core.mqar " + " ".join(argv)
     else:
-        results = run_preset(args.preset, kinds=args.kinds, progress=not args.no_progress,
-                             threads=args.threads)
-        results["command"] += f" --json {args.json}" if args.json else ""
+        sweep = _sweep_from_args(args)
+        try:
+            RecallConfig(**sweep.options)  # unknown or ill-typed options fail before any training
+        except (TypeError, ValueError) as err:
+            parser.error(str(err))
+        results = run_sweep(sweep, name=args.preset, progress=not args.no_progress, threads=args.threads,
+                            device=args.device)
+        results["command"] = "python -m linattn_core.mqar " + " ".join(argv)
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json).write_text(json.dumps(results, indent=1) + "\n")

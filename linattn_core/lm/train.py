@@ -1,18 +1,20 @@
-"""Train the character-level language model with one attention kind: ``python -m linattn_core.train``.
+"""Train the character-level language model with one attention layer: ``python -m linattn_core.train``.
 
 ::
 
     python -m linattn_core.train --attention elu+1 --preset book            # about 15 s on a CPU
-    python -m linattn_core.train --attention delta --preset full --device cuda --out results/x.json
+    python -m linattn_core.train --attention deltanet --preset full --device cuda --out x.json
+    python -m linattn_core.train --attention gla --preset full --lr 1e-3 --seed 2 --threads 1 --out x.json
     python -m linattn_core.train --attention softmax --preset full --checkpoint ckpt.pt --resume
-    python -m linattn_core.train --attention relu --preset full --threads 1 --out results/full-relu.json
+    python -m linattn_core.train --attention retnet --preset full --conv 4   # a short conv on every layer
 
 AdamW with a linear warm-up and cosine decay to a tenth of the peak rate, gradient clipping, the
-validation loss on fixed batches at fixed steps. Deterministic on a given machine: the batch of
-step ``i`` is drawn from a generator seeded with ``(seed, i)``, so a run resumed from a checkpoint
-sees exactly the batches the uninterrupted run would have seen, and the checkpoint holds the
-weights, the optimiser's moments and the curves so far. The results (configuration, git commit,
-hardware, curves, wall time) are one JSON object.
+validation loss on fixed batches at fixed steps. :func:`fit` is the one training loop of the
+package: the language model here and the recall task of :mod:`linattn_core.lm.mqar` both run it.
+Deterministic on a given machine: the batch of step ``i`` is drawn from a generator seeded with
+``(seed, i)``, so a run resumed from a checkpoint sees exactly the batches the uninterrupted run would
+have seen, and the checkpoint holds the weights, the optimiser's moments and the curves so far. The
+results (configuration, git commit, hardware, curves, wall time) are one JSON object.
 """
 
 from __future__ import annotations
@@ -22,19 +24,21 @@ import json
 import math
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 
 from .._provenance import environment, git_commit, pick_device
 from .data import Corpus, load_corpus
 from .model import KINDS, LanguageModel, ModelConfig
 
-__all__ = ["PRESETS", "TrainConfig", "get_batch", "lr_at", "make_optimizer", "optimizer_step",
-           "replay_losses", "save_results", "train"]
+__all__ = ["PRESETS", "TrainConfig", "fit", "get_batch", "lm_loss", "lr_at", "make_optimizer",
+           "optimizer_step", "replay_losses", "save_results", "thin_curves", "train"]
 
 
 @dataclass(frozen=True)
@@ -53,22 +57,23 @@ class TrainConfig:
     warmup_steps: int = 30
     weight_decay: float = 0.1
     grad_clip: float = 1.0
-    eval_interval: int = 50  # validation loss at steps 0, eval_interval, ..., max_steps
+    eval_interval: int = 50  # validation at steps 0, eval_interval, ..., max_steps
     eval_batches: int = 8
     chunk_size: int = 64
+    conv: int | None = None  # short conv kernel (None: each layer's own default, 0: none)
     seed: int = 0
 
     def model_config(self, vocab_size: int) -> ModelConfig:
         return ModelConfig(vocab_size=vocab_size, attention=self.attention, block_size=self.block_size,
                            n_layer=self.n_layer, n_head=self.n_head, n_embd=self.n_embd,
-                           chunk_size=self.chunk_size, seed=self.seed)
+                           chunk_size=self.chunk_size, conv=self.conv, seed=self.seed)
 
 
 PRESETS: dict[str, TrainConfig] = {
-    # inside the book build: every kind in a few seconds each on a 2-core CPU
+    # inside the book build: every layer in a few seconds each on a 2-core CPU
     "book": TrainConfig(),
     # the stored comparison: the size of nanoGPT's laptop example (4 layers, 4 heads, width 128, batch
-    # 12, 2000 steps) with a context of 128; 5 to 9 minutes per kind on one core of a 2-core CPU
+    # 12, 2000 steps) with a context of 128; 5 to 9 minutes per layer on one core of a 2-core CPU
     "full": TrainConfig(n_layer=4, n_head=4, n_embd=128, block_size=128, batch_size=12, max_steps=2000,
                         lr=3e-3, warmup_steps=100, eval_interval=250, eval_batches=20),
 }
@@ -94,8 +99,14 @@ def get_batch(tokens: np.ndarray, batch_size: int, block_size: int, rng: np.rand
     return xy[:, :-1], xy[:, 1:]
 
 
-def make_optimizer(model: LanguageModel, cfg: TrainConfig) -> torch.optim.AdamW:
-    # decay the matrices (weights, embeddings), not the biases and norm gains (as nanoGPT does)
+def lm_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """Mean cross-entropy in nats per token. logits: (B, T, vocab), targets: (B, T)."""
+    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
+
+
+def make_optimizer(model: torch.nn.Module, cfg: TrainConfig) -> torch.optim.AdamW:
+    """AdamW that decays the matrices (weights, embeddings, conv filters) and never the biases or the
+    norms' gains (tensors of fewer than 2 dims), as nanoGPT does."""
     params = [p for p in model.parameters() if p.requires_grad]
     groups = [{"params": [p for p in params if p.dim() >= 2], "weight_decay": cfg.weight_decay},
               {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]
@@ -103,7 +114,7 @@ def make_optimizer(model: LanguageModel, cfg: TrainConfig) -> torch.optim.AdamW:
 
 
 @torch.no_grad()
-def optimizer_step(opt: torch.optim.Optimizer, model: LanguageModel, loss: Any, lr: float,
+def optimizer_step(opt: torch.optim.Optimizer, model: torch.nn.Module, loss: Any, lr: float,
                    grad_clip: float) -> None:
     """One step on ``loss`` at learning rate ``lr``, the gradients clipped to norm ``grad_clip``."""
     for group in opt.param_groups:
@@ -114,96 +125,135 @@ def optimizer_step(opt: torch.optim.Optimizer, model: LanguageModel, loss: Any, 
     opt.step()
 
 
-def evaluate(model: LanguageModel, tokens: np.ndarray, cfg: TrainConfig, device: str) -> float:
-    """Mean validation loss (nats per character) on the same ``eval_batches`` batches every time."""
+def _new_curves() -> dict[str, list]:
+    return {"step": [], "train_loss": [], "lr": [], "val_step": []}
+
+
+@torch.no_grad()
+def _record_eval(model: torch.nn.Module, evaluate: Callable[[], dict[str, float]], step: int,
+                 curves: dict[str, list]) -> None:
     model.eval()
-    rng = np.random.default_rng([cfg.seed, 2**31])  # fixed validation windows
-    losses = [model.loss(*get_batch(tokens, cfg.batch_size, cfg.block_size, rng, device)).item()
-              for _ in range(cfg.eval_batches)]
+    metrics = evaluate()
     model.train()
-    return float(np.mean(losses))
+    curves["val_step"].append(step)
+    for name, value in metrics.items():
+        curves.setdefault(f"val_{name}", []).append(float(value))
 
 
-def _fresh(cfg: TrainConfig, vocab_size: int, device: str) -> tuple[LanguageModel, Any, dict]:
-    torch.manual_seed(cfg.seed)
-    model = LanguageModel(cfg.model_config(vocab_size)).to(device)
-    curves = {"step": [], "train_loss": [], "lr": [], "val_step": [], "val_loss": []}
-    return model, make_optimizer(model, cfg), curves
+Batch = Callable[[int], tuple[torch.Tensor, torch.Tensor]]  # step -> inputs, targets
+Loss = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]  # logits, targets -> a scalar
 
 
-def train(cfg: TrainConfig, corpus: Corpus, *, device: str = "auto", checkpoint: str | Path | None = None,
-          resume: bool = False, stop_after: int | None = None, progress: bool = True) -> dict:
-    """Train one model; return the results (also saved in ``checkpoint`` along with the weights).
+def fit(model: torch.nn.Module, cfg: TrainConfig, *, batch: Batch, loss: Loss,
+        evaluate: Callable[[], dict[str, float]], config: dict, checkpoint: str | Path | None = None,
+        resume: bool = False, stop_after: int | None = None, progress: bool = True, desc: str = "") -> dict:
+    """The training loop: ``cfg.max_steps`` steps of AdamW on ``loss(model(x), y)``, ``(x, y) = batch(step)``.
 
-    ``stop_after`` ends the run after that many steps (as an interruption would); ``resume=True``
-    continues from ``checkpoint``. The results hold ``model`` (the trained :class:`LanguageModel`),
-    which :func:`save_results` leaves out of the JSON.
+    The learning rate follows :func:`lr_at`, the gradients are clipped to ``cfg.grad_clip``, and
+    ``evaluate()`` (run in eval mode without gradients; it returns named numbers such as
+    ``{"loss": ...}``) is recorded at every ``cfg.eval_interval``-th step and once more at the end.
+    ``stop_after`` ends the run after that many steps (as an interruption would; the schedule is still
+    that of ``cfg.max_steps``). With ``checkpoint`` the weights, the optimiser's moments and the curves
+    are saved at the end; ``resume=True`` continues from there, refusing a checkpoint written with
+    another ``config`` (the caller's whole configuration, as a dict).
+
+    Returns ``curves`` (``step``, ``train_loss``, ``lr`` per step; ``val_step`` and ``val_<name>`` per
+    evaluation), ``steps_done``, ``start`` (the first step of this call) and ``wall_s`` (all calls).
     """
     from tqdm.auto import tqdm
 
-    if cfg.attention not in KINDS:
-        raise ValueError(f"attention must be one of {KINDS}, got {cfg.attention!r}")
-    device = pick_device(device).type
-    commit = git_commit()  # the code that runs is the code at the start (HEAD may move meanwhile)
-    model, opt, curves = _fresh(cfg, corpus.vocab_size, device)
-    start, wall = 0, 0.0
+    opt = make_optimizer(model, cfg)
+    curves, start, wall = _new_curves(), 0, 0.0
     if resume:
         if checkpoint is None or not Path(checkpoint).is_file():
             raise FileNotFoundError(f"--resume needs an existing checkpoint, got {checkpoint!r}")
+        device = next(model.parameters()).device
         state = torch.load(checkpoint, map_location=device, weights_only=False)
-        if state["config"] != asdict(cfg):
+        if state["config"] != config:
             raise ValueError("the checkpoint was written with another configuration: "
-                             f"{state['config']} != {asdict(cfg)}")
+                             f"{state['config']} != {config}")
         model.load_state_dict(state["model"])
         opt.load_state_dict(state["optimizer"])
         start, wall, curves = state["step"], state["wall_s"], state["curves"]
     end = cfg.max_steps if stop_after is None else min(cfg.max_steps, start + stop_after)
     t0 = time.perf_counter()
-    bar = tqdm(range(start, end), desc=cfg.attention, disable=not progress, leave=False)
+    bar = tqdm(range(start, end), desc=desc, disable=not progress, leave=False)
     for step in bar:
         if step % cfg.eval_interval == 0:
-            curves["val_step"].append(step)
-            curves["val_loss"].append(evaluate(model, corpus.val, cfg, device))
+            _record_eval(model, evaluate, step, curves)
         lr = lr_at(step, cfg)
-        rng = np.random.default_rng([cfg.seed, step])  # the batch depends only on (seed, step)
-        x, y = get_batch(corpus.train, cfg.batch_size, cfg.block_size, rng, device)
-        loss = model.loss(x, y)
-        optimizer_step(opt, model, loss, lr, cfg.grad_clip)
+        x, y = batch(step)
+        value = loss(model(x), y)
+        optimizer_step(opt, model, value, lr, cfg.grad_clip)
         curves["step"].append(step)
-        curves["train_loss"].append(loss.item())
+        curves["train_loss"].append(value.item())
         curves["lr"].append(lr)
         bar.set_postfix(loss=f"{curves['train_loss'][-1]:.3f}")
     if end == cfg.max_steps and (not curves["val_step"] or curves["val_step"][-1] != end):
-        curves["val_step"].append(end)
-        curves["val_loss"].append(evaluate(model, corpus.val, cfg, device))
+        _record_eval(model, evaluate, end, curves)
     wall += time.perf_counter() - t0
-    results = {"config": asdict(cfg), "model_config": model.cfg.to_dict(),
-               "parameters": model.num_parameters(), "steps_done": end, "git_commit": commit,
-               "hardware": environment(device), "wall_s": wall,
-               "tokens_per_s": (end - start) * cfg.batch_size * cfg.block_size / max(wall, 1e-9),
-               "final_val_loss": curves["val_loss"][-1] if curves["val_loss"] else None,
-               "unigram_entropy": corpus.unigram_entropy(), "curves": curves}
     if checkpoint is not None:
-        torch.save({"config": asdict(cfg), "model": model.state_dict(), "optimizer": opt.state_dict(),
+        torch.save({"config": config, "model": model.state_dict(), "optimizer": opt.state_dict(),
                     "step": end, "wall_s": wall, "curves": curves}, checkpoint)
-    return {**results, "model": model}
+    return {"curves": curves, "steps_done": end, "start": start, "wall_s": wall}
+
+
+def train(cfg: TrainConfig, corpus: Corpus, *, device: str = "auto", checkpoint: str | Path | None = None,
+          resume: bool = False, stop_after: int | None = None, progress: bool = True) -> dict:
+    """Train one language model with :func:`fit`; return the results.
+
+    The results hold ``model`` (the trained :class:`LanguageModel`), which :func:`save_results` leaves
+    out of the JSON. ``stop_after``, ``checkpoint`` and ``resume`` as in :func:`fit`.
+    """
+    if cfg.attention not in KINDS:
+        raise ValueError(f"attention must be one of {KINDS}, got {cfg.attention!r}")
+    device = pick_device(device).type
+    commit = git_commit()  # the code that runs is the code at the start (HEAD may move meanwhile)
+    torch.manual_seed(cfg.seed)
+    model = LanguageModel(cfg.model_config(corpus.vocab_size)).to(device)
+
+    def batch(step: int) -> tuple[torch.Tensor, torch.Tensor]:
+        rng = np.random.default_rng([cfg.seed, step])  # the batch depends only on (seed, step)
+        return get_batch(corpus.train, cfg.batch_size, cfg.block_size, rng, device)
+
+    def evaluate() -> dict[str, float]:
+        rng = np.random.default_rng([cfg.seed, 2**31])  # the same validation windows every time
+        losses = [lm_loss(model(x), y).item()
+                  for x, y in (get_batch(corpus.val, cfg.batch_size, cfg.block_size, rng, device)
+                               for _ in range(cfg.eval_batches))]
+        return {"loss": float(np.mean(losses))}
+
+    run = fit(model, cfg, batch=batch, loss=lm_loss, evaluate=evaluate, config=asdict(cfg),
+              checkpoint=checkpoint, resume=resume, stop_after=stop_after, progress=progress,
+              desc=cfg.attention)
+    curves, end, wall = run["curves"], run["steps_done"], run["wall_s"]
+    return {"config": asdict(cfg), "model_config": model.cfg.to_dict(), "parameters": model.num_parameters(),
+            "steps_done": end, "git_commit": commit, "hardware": environment(device), "wall_s": wall,
+            "tokens_per_s": (end - run["start"]) * cfg.batch_size * cfg.block_size / max(wall, 1e-9),
+            "final_val_loss": curves["val_loss"][-1] if curves.get("val_loss") else None,
+            "unigram_entropy": corpus.unigram_entropy(), "curves": curves, "model": model}
 
 
 # The per-step curves a results JSON keeps in full (the reproduction test replays them); after that,
 # one step in LOSS_STRIDE keeps the file small.
 FIRST_LOSSES = 10
 LOSS_STRIDE = 10
+PER_STEP = ("step", "train_loss", "lr")
+
+
+def thin_curves(curves: dict[str, list]) -> dict[str, list]:
+    """The curves as stored: the per-step ones (:data:`PER_STEP`) in full for the first
+    :data:`FIRST_LOSSES` steps, then every :data:`LOSS_STRIDE`-th; the evaluations all kept."""
+    keep = [i for i in range(len(curves["step"])) if i < FIRST_LOSSES or i % LOSS_STRIDE == 0]
+    return {name: [values[i] for i in keep] if name in PER_STEP else list(values)
+            for name, values in curves.items()}
 
 
 def save_results(results: dict, path: str | Path) -> None:
     """Write the results as JSON: no model object, the per-step curves thinned after their first steps."""
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     plain = {k: v for k, v in results.items() if k != "model"}
-    curves = dict(plain["curves"])
-    keep = [i for i in range(len(curves["step"])) if i < FIRST_LOSSES or i % LOSS_STRIDE == 0]
-    for name in ("step", "train_loss", "lr"):
-        curves[name] = [curves[name][i] for i in keep]
-    plain["curves"] = curves
+    plain["curves"] = thin_curves(plain["curves"])
     Path(path).write_text(json.dumps(plain, indent=1) + "\n")
 
 
@@ -214,29 +264,43 @@ def replay_losses(results: dict, corpus: Corpus, steps: int) -> list[float]:
     return train(cfg, corpus, device="cpu", stop_after=steps, progress=False)["curves"]["train_loss"]
 
 
+def _positive(text: str, kind: type = int) -> Any:
+    value = kind(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be positive, got {text!r}")
+    return value
+
+
+def _kernel(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 (no conv) or a kernel size >= 1, got {text!r}")
+    return value
+
+
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description="Train the char-level model of the training chapter.")
     parser.add_argument("--attention", choices=KINDS, default="softmax")
     parser.add_argument("--preset", choices=sorted(PRESETS), default="book")
     parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
-    parser.add_argument("--steps", type=int, default=None, help="override the preset's max_steps")
+    parser.add_argument("--lr", type=lambda t: _positive(t, float), default=None,
+                        help="override the preset's peak learning rate")
+    parser.add_argument("--steps", type=_positive, default=None, help="override the preset's max_steps")
     parser.add_argument("--seed", type=int, default=None, help="override the preset's seed")
+    parser.add_argument("--conv", type=_kernel, default=None,
+                        help="short conv kernel on every layer (0: none; default: each layer's own)")
     parser.add_argument("--checkpoint", default=None, help="where to save (and --resume from) the run")
     parser.add_argument("--resume", action="store_true", help="continue the run saved in --checkpoint")
-    parser.add_argument("--stop-after", type=int, default=None, help="stop after this many steps")
-    parser.add_argument("--out", default=None, help="results JSON (default: results/<preset>-<kind>.json)")
-    parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
+    parser.add_argument("--stop-after", type=_positive, default=None, help="stop after this many steps")
+    parser.add_argument("--out", default=None, help="results JSON (results/<preset>-<attention>.json)")
+    parser.add_argument("--threads", type=_positive, default=None, help="torch threads (default: torch's)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     args = parser.parse_args(argv)
     if args.threads is not None:
-        if args.threads < 1:
-            parser.error(f"--threads must be a positive int, got {args.threads}")
         torch.set_num_threads(args.threads)
-    cfg = replace(PRESETS[args.preset], attention=args.attention)
-    if args.steps is not None:
-        cfg = replace(cfg, max_steps=args.steps)
-    if args.seed is not None:
-        cfg = replace(cfg, seed=args.seed)
+    overrides = {"lr": args.lr, "max_steps": args.steps, "seed": args.seed, "conv": args.conv}
+    cfg = replace(PRESETS[args.preset], attention=args.attention,
+                  **{k: v for k, v in overrides.items() if v is not None})
     results = train(cfg, load_corpus(), device=args.device, checkpoint=args.checkpoint, resume=args.resume,
                     stop_after=args.stop_after, progress=not args.no_progress)
     results["preset"] = args.preset

@@ -4,7 +4,6 @@ batches, a short run that learns, and the stored full run reproduced from its fi
 from __future__ import annotations
 
 import json
-from dataclasses import asdict
 
 import numpy as np
 import pytest
@@ -94,11 +93,21 @@ def test_chance_levels_exact():
     assert mqar.bag_chance(8, 8) < mqar.mode_chance(8, 8, samples=20000) < 1.0
 
 
+@pytest.mark.parametrize("n_pairs, n_values, exact", [
+    (2, 2, 0.75),  # equal values (1/2): a hit; two different values (1/2): a tie, right half the time
+    (4, 2, 0.6875),  # 4-0 (2/16): 1; 3-1 (8/16): 3/4; 2-2 (6/16): a tie, 1/2 (ties as hits: 0.875)
+    (2, 10**6, 0.5),  # two values that almost never agree: always a tie of two
+])
+def test_mode_chance_splits_ties(n_pairs, n_values, exact):
+    # 100,000 sequences: the standard error is below 0.002
+    assert abs(mqar.mode_chance(n_pairs, n_values) - exact) < 0.01
+
+
 def test_short_run_learns():
     # 4 keys + 4 values: the loss starts near ln 8 and falls as soon as the model answers with values
     r = mqar.train_recall("softmax", 16, 2, 30, n_keys=4, n_values=4, lr=1e-2, warmup_steps=5,
                           batch_size=16, eval_batch=64, eval_interval=30)
-    loss = r["curves"]["loss"]
+    loss = r["curves"]["train_loss"]
     assert np.isfinite(loss).all() and len(loss) == 30
     assert np.mean(loss[-5:]) < np.mean(loss[:5]) - 0.1
     assert 0.0 <= r["final_accuracy"] <= 1.0 and r["chance"] == 0.25
@@ -112,33 +121,63 @@ def test_bad_kind():
 @pytest.mark.skipif(not STORED.is_file(), reason="linattn_core/lm/results/mqar_full.json not stored")
 def test_stored_full_run_reproduces_its_first_losses():
     stored = json.loads(STORED.read_text())
+    preset = mqar.PRESETS["full"]  # the stored sweep is the current preset's, every run of it
+    assert stored["sweep"] == preset.to_dict(), "the preset changed: rerun it"
+    ran = [tuple(r["config"][k] for k in ("attention", "n_embd", "n_pairs", "seed")) for r in stored["runs"]]
+    assert ran == preset.runs()
     run = stored["runs"][0]
-    first = run["curves"]["loss"][: mqar.FIRST_LOSSES][:4]
+    first = run["curves"]["train_loss"][: mqar.FIRST_LOSSES][:4]
     assert run["curves"]["step"][:4] == [0, 1, 2, 3]
     assert_close(np.array(mqar.replay_losses(run, len(first))), np.array(first), dtype="float32",
                  what="first losses of the stored run")
     for r in stored["runs"]:
         assert 0.0 <= r["final_accuracy"] <= 1.0
-    preset = mqar.PRESETS["full"]  # the stored sweep is the current preset's, every run of it
-    current = json.loads(json.dumps({**asdict(preset), "kinds": list(preset.kinds)}))  # tuples as lists
-    assert stored["sweep"] == current, "the preset changed: rerun it"
-    ran = [(r["config"]["attention"], r["config"]["n_embd"], r["config"]["n_pairs"]) for r in stored["runs"]]
-    assert ran == preset.runs()
 
 
-def test_merge_puts_runs_in_preset_order():
-    preset = mqar.PRESETS["full"]
+TINY = ["--kinds", "softmax", "deltanet", "--widths", "8", "--pairs", "2", "--steps", "3", "--lr", "2e-3",
+        "--seeds", "0", "1", "--conv", "2", "--n-keys", "4", "--n-values", "5", "--n-head", "1",
+        "--no-progress"]
 
-    def part(kind: str) -> dict:
-        runs = [{"config": {"attention": k, "n_embd": w, "n_pairs": n}}
-                for k, w, n in preset.runs() if k == kind]
-        return {"preset": "full", "git_commit": "abc", "wall_s": 1.0, "runs": runs}
+
+def test_cli_options_build_the_sweep_and_record_where_it_ran(tmp_path, capsys):
+    out = tmp_path / "sweep.json"
+    results = mqar.main([*TINY, "--json", str(out)])
+    saved = json.loads(out.read_text())
+    assert saved["command"] == "python -m linattn_core.mqar " + " ".join([*TINY, "--json", str(out)])
+    assert len(saved["git_commit"] or "0" * 40) == 40 and saved["hardware"]["device"] == "cpu"
+    sweep = saved["sweep"]
+    assert (sweep["kinds"], sweep["widths"], sweep["pairs"], sweep["seeds"], sweep["steps"]) == (
+        ["softmax", "deltanet"], [8], [2], [0, 1], 3)
+    assert {k: sweep["options"][k] for k in ("lr", "conv", "n_keys", "n_values", "n_head")} == {
+        "lr": 2e-3, "conv": 2, "n_keys": 4, "n_values": 5, "n_head": 1}
+    ran = [tuple(r["config"][k] for k in ("attention", "n_embd", "n_pairs", "seed")) for r in saved["runs"]]
+    assert ran == [("softmax", 8, 2, 0), ("softmax", 8, 2, 1), ("deltanet", 8, 2, 0), ("deltanet", 8, 2, 1)]
+    assert all(r["state_size"] > 0 and "model" not in r for r in saved["runs"])
+    assert len(results["runs"]) == 4
+    # each run is seeded on its own: a run alone gives the numbers it gave inside the sweep
+    alone = mqar.train_recall("deltanet", 8, 2, 3, **{**sweep["options"], "seed": 1})
+    assert alone["curves"]["train_loss"] == saved["runs"][3]["curves"]["train_loss"]
+    for bad in (["--kinds", "gated"], ["--threads", "0"]):
+        with pytest.raises(SystemExit):
+            mqar.main(bad)
+
+
+def test_merge_puts_runs_in_sweep_order():
+    preset = mqar.Preset(("softmax", "elu+1", "deltanet"), (8, 16), (2, 4), 10, {"lr": 1e-3}, seeds=(0, 1))
+
+    def part(kind: str, commit: str = "abc", **changes) -> dict:
+        runs = [{"config": {"attention": k, "n_embd": w, "n_pairs": n, "seed": s}}
+                for k, w, n, s in preset.runs() if k == kind]
+        sweep = {**preset.to_dict(), "kinds": [kind], **changes}
+        return {"preset": "custom", "sweep": sweep, "git_commit": commit, "wall_s": 1.0, "runs": runs,
+                "command": f"python -m linattn_core.mqar --kinds {kind}"}
 
     merged = mqar.merge([part(k) for k in reversed(preset.kinds)])
-    got = [(r["config"]["attention"], r["config"]["n_embd"], r["config"]["n_pairs"]) for r in merged["runs"]]
-    assert got == preset.runs() and merged["processes"] == len(preset.kinds)
+    got = [tuple(r["config"][k] for k in ("attention", "n_embd", "n_pairs", "seed")) for r in merged["runs"]]
+    assert got == preset.runs() and merged["processes"] == 3
+    assert merged["sweep"] == preset.to_dict()  # the kinds in the registry's order
     assert merged["git_commit"] == "abc" and set(merged["git_commits"].values()) == {"abc"}
-    mixed = mqar.merge([part("softmax"), {**part("delta"), "git_commit": "def"}])
-    assert mixed["git_commit"] is None and mixed["git_commits"] == {"softmax": "abc", "delta": "def"}
-    with pytest.raises(ValueError, match="presets"):
-        mqar.merge([part("softmax"), {**part("delta"), "preset": "book"}])
+    mixed = mqar.merge([part("softmax"), part("deltanet", "def")])
+    assert mixed["git_commit"] is None and mixed["git_commits"] == {"softmax": "abc", "deltanet": "def"}
+    with pytest.raises(ValueError, match="sweeps"):
+        mqar.merge([part("softmax"), part("deltanet", steps=20)])

@@ -29,7 +29,7 @@ def _params(model):
     return [p.detach().clone() for p in model.parameters()]
 
 
-@pytest.mark.parametrize("kind", ["softmax", "elu+1", "gated", "delta"])
+@pytest.mark.parametrize("kind", ["softmax", "elu+1", "gla", "deltanet"])
 def test_same_seed_same_losses(corpus, kind):
     cfg = replace(TINY, attention=kind)
     a = T.train(cfg, corpus, device="cpu", progress=False)
@@ -40,7 +40,7 @@ def test_same_seed_same_losses(corpus, kind):
     assert other["curves"]["train_loss"] != a["curves"]["train_loss"]
 
 
-@pytest.mark.parametrize("kind", ["softmax", "decay"])
+@pytest.mark.parametrize("kind", ["softmax", "retnet"])
 def test_resume_equals_uninterrupted(corpus, tmp_path, kind):
     cfg = replace(TINY, attention=kind, max_steps=7, eval_interval=3)
     whole = T.train(cfg, corpus, device="cpu", progress=False)
@@ -92,21 +92,47 @@ def test_results_json_keeps_the_first_steps_then_every_tenth(corpus, tmp_path):
 
 
 def test_cli_threads_are_checked_and_the_command_recorded(monkeypatch, corpus, tmp_path):
-    with pytest.raises(SystemExit):
-        T.main(["--threads", "0"])
+    for bad in (["--threads", "0"], ["--lr", "-1"], ["--conv", "-2"], ["--attention", "gated"]):
+        with pytest.raises(SystemExit):
+            T.main(bad)
     monkeypatch.setattr(T, "load_corpus", lambda: corpus)
     monkeypatch.setitem(T.PRESETS, "book", TINY)
     before = torch.get_num_threads()
     try:
         out = tmp_path / "r.json"
-        T.main(["--attention", "relu", "--threads", "1", "--no-progress", "--out", str(out)])
+        args = f"--attention relu --threads 1 --lr 2e-3 --conv 3 --seed 4 --steps 3 --no-progress --out {out}"
+        T.main(args.split())
         saved = json.loads(out.read_text())
         assert saved["hardware"]["threads"] == 1
-        args = f"--attention relu --threads 1 --no-progress --out {out}"
         assert saved["command"] == f"python -m linattn_core.train {args}"
-        assert saved["config"]["attention"] == "relu" and saved["preset"] == "book"
+        want = asdict(replace(TINY, attention="relu", lr=2e-3, conv=3, seed=4, max_steps=3))
+        assert saved["config"] == want and saved["preset"] == "book"
+        assert saved["model_config"]["conv"] == 3 and saved["steps_done"] == 3
     finally:
         torch.set_num_threads(before)
+
+
+@pytest.mark.parametrize("kind", ["softmax", "gla", "deltanet"])
+def test_weight_decay_reaches_matrices_only(corpus, kind):
+    """AdamW decays weights, embeddings and conv filters, never a bias or a norm's gain."""
+    model = T.LanguageModel(replace(TINY, attention=kind, conv=3).model_config(corpus.vocab_size))
+    opt = T.make_optimizer(model, TINY)
+    decayed = {id(p) for g in opt.param_groups if g["weight_decay"] > 0 for p in g["params"]}
+    assert all(g["weight_decay"] in (0.0, TINY.weight_decay) for g in opt.param_groups)
+    counted = {id(p) for g in opt.param_groups for p in g["params"]}
+    assert counted == {id(p) for p in model.parameters()}  # every parameter is trained
+    norms = (torch.nn.LayerNorm, torch.nn.RMSNorm)
+    never, always = [], []
+    for name, module in model.named_modules():
+        for pname, p in module.named_parameters(recurse=False):
+            if pname == "bias" or isinstance(module, norms):
+                never.append((f"{name}.{pname}", p))
+            elif isinstance(module, (torch.nn.Linear, torch.nn.Embedding, torch.nn.Conv1d)):
+                always.append((f"{name}.{pname}", p))
+    assert any(isinstance(m, torch.nn.RMSNorm) for m in model.modules()) == (kind != "softmax")
+    assert never and always
+    assert [n for n, p in never if id(p) in decayed] == []
+    assert [n for n, p in always if id(p) not in decayed] == []
 
 
 def test_learning_rate_schedule():
