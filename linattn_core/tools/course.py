@@ -32,7 +32,8 @@ __all__ = ["QUIZ_CHAPTERS", "WrongAnswer", "answer_key", "load_quiz", "quiz", "s
 _REPOSITORY_FILES = "https://raw.githubusercontent.com/linattn/linattn/main"
 
 # The chapters with an exit ticket, in the book's order (one JSON file each under book/quizzes/).
-QUIZ_CHAPTERS = ("softmax", "associative", "feature_maps", "causal", "tradeoffs", "timing")
+QUIZ_CHAPTERS = ("softmax", "associative", "feature_maps", "feature_maps_random", "causal", "tradeoffs",
+                 "timing", "beyond_decay", "beyond_delta", "beyond_tour", "training")
 
 
 @dataclass
