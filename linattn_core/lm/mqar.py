@@ -211,7 +211,7 @@ def train_recall(kind: str, width: int, n_pairs: int, steps: int, *, progress: b
     device = pick_device(device).type
     torch.manual_seed(cfg.seed)
     model = LanguageModel(cfg.model_config()).to(device)
-    x_val, y_val = (t.to(device) for t in cfg.batch(cfg.eval_batch, [cfg.seed, 2**31]))  # held out, fixed
+    x_val, y_val = (t.to(device) for t in cfg.batch(cfg.eval_batch, [2**31]))  # held out, same for every seed
 
     def batch(step: int) -> tuple[torch.Tensor, torch.Tensor]:
         return tuple(t.to(device) for t in cfg.batch(cfg.batch_size, [cfg.seed, step]))  # (seed, step) only

@@ -75,7 +75,7 @@ PRESETS: dict[str, TrainConfig] = {
     # the stored comparison: the size of nanoGPT's laptop example (4 layers, 4 heads, width 128, batch
     # 12, 2000 steps) with a context of 128; 5 to 9 minutes per layer on one core of a 2-core CPU
     "full": TrainConfig(n_layer=4, n_head=4, n_embd=128, block_size=128, batch_size=12, max_steps=2000,
-                        lr=3e-3, warmup_steps=100, eval_interval=250, eval_batches=20),
+                        lr=3e-3, warmup_steps=100, eval_interval=250, eval_batches=40),
 }
 
 
@@ -217,7 +217,7 @@ def train(cfg: TrainConfig, corpus: Corpus, *, device: str = "auto", checkpoint:
         return get_batch(corpus.train, cfg.batch_size, cfg.block_size, rng, device)
 
     def evaluate() -> dict[str, float]:
-        rng = np.random.default_rng([cfg.seed, 2**31])  # the same validation windows every time
+        rng = np.random.default_rng([2**31])  # the same validation windows every time, for every seed
         losses = [lm_loss(model(x), y).item()
                   for x, y in (get_batch(corpus.val, cfg.batch_size, cfg.block_size, rng, device)
                                for _ in range(cfg.eval_batches))]
