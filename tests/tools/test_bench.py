@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import asdict
 
 import pytest
 from _tolerances import assert_close
 
 from linattn_core.tools import timing as T
 from linattn_core.tools.bench import decode as bench_decode
+from linattn_core.tools.bench import layers as bench_layers
 from linattn_core.tools.bench import suite as bench
 
 RECORD_KEYS = {"method", "causal", "N", "d", "d_v", "batch_heads", "median_s", "peak_bytes", "gflops",
@@ -55,6 +57,35 @@ def test_quick_run_writes_the_schema(quick_json, capsys):
     assert quick_json["chunked_kernel"] == bench.chunked_kernel("cpu")
 
 
+def test_quick_run_times_a_training_step_per_layer(quick_json):
+    from linattn_core.lm.layers import LAYERS
+
+    layers = quick_json["layers"]
+    assert layers["config"] == asdict(bench_layers.SIZES["quick"]())
+    assert [(r["kind"], r["threads"]) for r in layers["results"]] == [(k, 1) for k in LAYERS]
+    for r in layers["results"]:
+        assert 0 < r["min_s"] <= r["median_s"] <= r["max_s"] and r["parameters"] > 0
+        assert_close(r["tokens_per_s"] * r["median_s"], 2 * 24)  # batch 2, context 24
+    soft = layers["results"][0]["median_s"]
+    ratios = [r["ratio_to_softmax"] for r in layers["results"]]
+    assert ratios == [r["median_s"] / soft for r in layers["results"]]
+    assert set(layers["checks"]) == set(LAYERS) and max(layers["checks"].values()) < 1e-10
+    names = {t["name"] for t in quick_json["targets"]}
+    assert {f"training step: {k} vs softmax, 1 thread" for k in LAYERS if k != "softmax"} <= names
+
+
+def test_layer_targets_verdicts():
+    results = [{"kind": "softmax", "threads": 1, "ratio_to_softmax": 1.0},
+               {"kind": "gla", "threads": 1, "ratio_to_softmax": 2.5},
+               {"kind": "deltanet", "threads": 4, "ratio_to_softmax": 1.5},
+               {"kind": "retnet", "threads": 1, "ratio_to_softmax": None}]
+    targets = bench_layers.layer_targets({"results": results})
+    assert [(t.name, t.verdict) for t in targets] == [
+        ("training step: gla vs softmax, 1 thread", "FAIL"),
+        ("training step: deltanet vs softmax, 4 threads", "PASS"),
+        ("training step: retnet vs softmax, 1 thread", "N/A")]
+
+
 def test_check_methods_catches_a_wrong_method():
     wrong = T.Method("chunked", True, lambda q, k, v: v)  # returns the values: not attention
     errors = bench.check_methods([wrong, *T.standard_methods(["linear"])], "cpu")
@@ -69,7 +100,8 @@ def test_quick_run_prints_table_and_targets(tmp_path, capsys):
     assert "matmul rate" in out and "chunked (causal)" in out
     assert "Targets (reported, not tested):" in out
     assert "[N/A ] causal: auto vs SDPA at N=16384" in out  # not run at --max-n 64
-    rows = re.findall(r"^(\w+)(?: \(causal\))?\s+(\d+)\s", out.split("Targets")[0], flags=re.MULTILINE)
+    sweeps = out.split("Training step of the whole model")[0]  # the layers' table has no length column
+    rows = re.findall(r"^(\w+)(?: \(causal\))?\s+(\d+)\s", sweeps, flags=re.MULTILINE)
     assert rows and {int(n) for _, n in rows} == {64}
 
 

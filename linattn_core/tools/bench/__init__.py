@@ -19,7 +19,8 @@ after the sweep; the higher is used) as the yardstick for GFLOP/s. All of it goe
 the book. The targets at the end are *reported*, not tested: the command always exits 0.
 
 The parts, one module each: :mod:`.suite` (the forward sweep and the whole run), :mod:`.train`
-(forward + backward), :mod:`.decode` (one generated token, KV cache against state), :mod:`.targets`
+(forward + backward), :mod:`.decode` (one generated token, KV cache against state), :mod:`.layers`
+(one training step of the whole language model per attention layer, against softmax's), :mod:`.targets`
 (what is reported and how).
 
 FLOPs come from the one cost model, :func:`linattn_core.tools.timing.flops`. The chunked rows count the

@@ -13,6 +13,7 @@ from typing import Any
 
 from .. import timing as T
 from . import decode as bench_decode
+from . import layers as bench_layers
 from . import train as bench_train
 from .targets import Target, find, format_targets, ratio_target
 
@@ -42,13 +43,17 @@ class Config:
     threads: int | None = None
     decode_contexts: tuple[int, ...] = (1024, 4096, 16384, 65536)
     decode_batches: tuple[int, ...] = (1, 8)
+    # the training step of the whole model per layer (CPU, float32): sizes of bench_layers.SIZES, and
+    # the thread counts (None: the machine's default)
+    layer_sizes: str = "full"
+    layer_threads: tuple[int | None, ...] = (1, None)
 
     @classmethod
     def quick(cls) -> Config:
         """Tiny sizes: every code path in a few seconds (used by the tests)."""
         return cls(lengths=QUICK_LENGTHS, batch_heads=2, d=16, d_v=16, chunk_size=16, matmul_sizes=(128,),
                    min_run_time=0.005, max_run_time=0.02, max_call_s=2.0, budget_s=60.0,
-                   decode_contexts=(32, 64), decode_batches=(1,))
+                   decode_contexts=(32, 64), decode_batches=(1,), layer_sizes="quick", layer_threads=(1,))
 
 
 def _chunked_fraction(records: Sequence[T.Record], matmul_gflops: float, N: int, at_least: float) -> Target:
@@ -230,6 +235,9 @@ def run(config: Config, *, device: Any = None, progress: bool | None = None,
         # again after the sweep: on a shared machine the rate drifts, and the fractions below use the
         # higher of the two (the stricter yardstick)
         rate_after = T.matmul_rate(dev, config.matmul_sizes, config.dtype, min_run_time=config.min_run_time)
+    # the whole model's training step per layer: on the CPU, on one thread and on the machine's default
+    # (outside the block above, which may have set the threads)
+    layer_bench = bench_layers.layer_steps(sizes=config.layer_sizes, threads=config.layer_threads)
     matmul_gflops_before, matmul_gflops_after = matmul_gflops, rate_after / 1e9
     matmul_gflops = max(matmul_gflops_before, matmul_gflops_after)
     say(f"{config.dtype} matmul rate again after the sweep: {matmul_gflops_after:.1f} GFLOP/s "
@@ -238,6 +246,7 @@ def run(config: Config, *, device: Any = None, progress: bool | None = None,
     targets = evaluate_targets(records, matmul_gflops, lengths=config.lengths, itemsize=itemsize)
     targets += bench_train.train_targets(train, train_checks, itemsize=itemsize)
     targets += bench_decode.decode_targets(decoding)
+    targets += bench_layers.layer_targets(layer_bench)
     say("")
     say(format_results(records, matmul_gflops))
     say("\nTraining, forward + backward (FLOPs counted as 3 forwards; gradients checked in float64, N=67: "
@@ -246,6 +255,12 @@ def run(config: Config, *, device: Any = None, progress: bool | None = None,
     say(f"\nDecoding, one token (attention only, {config.batch_heads} heads, d = d_v = {config.d}, "
         "float32, one thread)")
     say(bench_decode.format_decode(decoding))
+    lc = layer_bench["config"]
+    say(f"\nTraining step of the whole model per layer (forward, backward, AdamW; {lc['n_layer']} layers, "
+        f"{lc['n_head']} heads, width {lc['n_embd']}, batch {lc['batch_size']}, context {lc['block_size']}, "
+        f"float32 CPU, median of {lc['rounds']} passes; parallel vs step form in float64: "
+        f"max {max(layer_bench['checks'].values()):.0e})")
+    say(bench_layers.format_layers(layer_bench["results"]))
     say("")
     say("Targets (reported, not tested):")
     say(format_targets(targets))
@@ -261,6 +276,7 @@ def run(config: Config, *, device: Any = None, progress: bool | None = None,
         "results": [r.to_dict(meta=False) for r in records],
         "training": {"checks": train_checks, "results": [r.to_dict(meta=False) for r in train]},
         "decode": decoding,
+        "layers": layer_bench,
         "targets": [dict(name=t.name, wanted=t.wanted, value=t.value, verdict=t.verdict, note=t.note)
                     for t in targets],
     }
