@@ -129,7 +129,8 @@ def test_exercise_table_matches_the_exercises():
         ex = exercises.get(name)
         assert f"<{ex.chapter}>" in row[1], name
         assert row[2].count("★") == ex.difficulty, name
-        assert row[3] == f"{ex.minutes} min", name
+        assert row[3] == str(ex.difficulty), name  # points in the assignments: the stars
+        assert row[4] == f"{ex.minutes} min", name
 
 
 # -- exit tickets -------------------------------------------------------------------------------

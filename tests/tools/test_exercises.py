@@ -35,14 +35,15 @@ CHAPTER_PATHS = {
     "softmax": {"exercises.softmax.attention", "exercises.softmax.score_matrix_bytes"},
     "associative": {"exercises.associative.quadratic_form",
                     "exercises.associative.associative_form", "exercises.associative.crossover"},
-    "feature_maps": {"exercises.feature_maps.elu_plus_one",
-                     "exercises.feature_maps.performer_features"},
+    "feature_maps": {"exercises.feature_maps.elu_plus_one"},
+    "feature_maps_random": {"exercises.feature_maps.performer_features"},
     "causal": {"exercises.causal.prefix_sums", "exercises.causal.streaming_step",
                "exercises.causal.chunked_form"},
     "tradeoffs": {"exercises.tradeoffs.clamped_normalize", "exercises.tradeoffs.kv_cache_bytes",
                   "exercises.tradeoffs.exact_capacity"},
     "training": {"exercises.training.decay_step", "exercises.training.model_state_bytes"},
-    "beyond": {"exercises.beyond.delta_loop", "exercises.beyond.normed_numerator"},
+    "beyond_delta": {"exercises.beyond.delta_loop"},
+    "beyond_tour": {"exercises.beyond.normed_numerator"},
 }
 ARRAY = [ex for ex in ALL if ex.kind == "array"]
 CAUSAL_FORMS = {"causal_cumsum", "delta_loop", "chunked_causal", "normed_numerator"}  # N_q = N_k
@@ -222,7 +223,7 @@ def test_catalogue_prints_every_exercise_by_chapter(capsys):
         for path in paths:
             assert path in out
     positions = [out.index(f"{c}.md") for c in ["softmax", "associative", "feature_maps", "causal",
-                                                "tradeoffs", "beyond"]]
+                                                "tradeoffs", "beyond_delta", "beyond_tour"]]
     assert positions == sorted(positions)
 
 
@@ -1298,6 +1299,23 @@ def test_chapter_exercise_cells(chapter):
                 assert not line.startswith("assert") and not line.rstrip().endswith(";"), line
 
 
+@pytest.mark.parametrize("ex", ALL, ids=IDS)
+def test_the_chapters_own_solution_passes_check(ex, capsys):
+    """The solution a chapter shows passes the same check (the book's build asserts it too)."""
+    import ast
+
+    text = (BOOK / f"{ex.chapter}.md").read_text(encoding="utf-8")
+    cells = [cell for block in _solution_blocks(text) for cell in _code_cells(block)
+             if f"def {ex.fn_name}(" in cell]
+    assert cells, f"{ex.chapter}.md shows no solution defining {ex.fn_name}"
+    tree = ast.parse(cells[-1])
+    defs = [n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.Import, ast.ImportFrom))]
+    namespace = {"np": np}
+    exec(compile(ast.Module(body=defs, type_ignores=[]), f"{ex.chapter}.md", "exec"), namespace)
+    ok, out = run_check(ex, namespace[ex.fn_name], capsys)
+    assert ok, out
+
+
 # --------------------------------------------------------------------------------------------------
 # book/instructors.md quotes the checker; keep the quote and the exercise table true
 # --------------------------------------------------------------------------------------------------
@@ -1323,11 +1341,426 @@ def test_instructors_table_matches_the_exercises():
     rows = {}
     for line in INSTRUCTORS.read_text(encoding="utf-8").splitlines():
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
-        if len(cells) == 5 and cells[0].startswith("`") and cells[0].strip("`") in exercises.EXERCISES:
+        if len(cells) == 6 and cells[0].startswith("`") and cells[0].strip("`") in exercises.EXERCISES:
             rows[cells[0].strip("`")] = cells
     assert set(rows) == set(exercises.EXERCISES)
-    for name, (_, chapter, stars, minutes, _) in rows.items():
+    for name, (_, chapter, stars, points, minutes, _) in rows.items():
         ex = exercises.EXERCISES[name]
         assert chapter.endswith(f"<{ex.chapter}>`"), (name, chapter)
         assert stars == "★" * ex.difficulty, (name, stars)
+        assert points == str(ex.difficulty), (name, points)  # nbgrader's points: the stars
         assert minutes == f"{ex.minutes} min", (name, minutes)
+
+
+# --------------------------------------------------------------------------------------------------
+# An answer must compute its result: calls into the library's attention code are refused
+# --------------------------------------------------------------------------------------------------
+SHORTCUTS = [ex for ex in ALL if ex.library_answer is not None]
+LIBRARY_MESSAGE = "calls the library's own"
+
+
+@pytest.fixture
+def practice():
+    """Formative mode around a test that switches to summative (the mode is global)."""
+    exercises.formative()
+    yield
+    exercises.formative()
+
+
+@pytest.mark.parametrize("ex", SHORTCUTS, ids=[e.name for e in SHORTCUTS])
+def test_library_shortcut_has_the_right_numbers_and_is_refused(ex, capsys):
+    # the shortcut's numbers are right on every input, so only the watch for library calls fails it
+    import warnings
+
+    for case in ex.cases():
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # the library says so when it clamps a denominator
+            got = ex.library_answer(*case.fresh_args())
+        assert ex._compare(got, ex.expected(case)) is None, case.title
+    ok, out = run_check(ex, ex.library_answer, capsys)
+    assert not ok and LIBRARY_MESSAGE in out and "Input #1" in out, out
+
+
+def test_at_least_the_attention_exercises_have_a_shortcut():
+    assert {"softmax_attention", "kernel_attention", "associative_attention", "causal_cumsum",
+            "streaming_step", "chunked_causal", "decay_step", "delta_loop",
+            "normed_numerator"} <= {ex.name for ex in SHORTCUTS}
+
+
+def la_alias(q, k, v, phi):
+    import linattn_core as la
+
+    return la.linear_attention(q, k, v, phi)
+
+
+def la_from_module(q, k, v, phi):
+    from linattn_core.linear import linear_attention as mine
+
+    return mine(q, k, v, phi)
+
+
+BOUND_EARLY = linear_attention  # a name bound before check() ran, as a notebook's import does
+
+
+def la_bound_early(q, k, v, phi):
+    return BOUND_EARLY(q, k, v, phi)
+
+
+def la_through_helper(q, k, v, phi):
+    helpers = {"attend": lambda *a: linattn_core.kernel_attention(*a)}
+    return helpers["attend"](q, k, v, phi)
+
+
+def la_in_a_thread(q, k, v, phi):
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(1) as pool:
+        return pool.submit(linear_attention, q, k, v, phi).result()
+
+
+def la_internal(q, k, v, phi):
+    from linattn_core import linear
+
+    fq, fk = phi(q), phi(k)
+    out, _ = linear.noncausal(fq, fk, v, 1e-6)
+    return out
+
+
+@pytest.mark.parametrize("fn", [la_alias, la_from_module, la_bound_early, la_through_helper,
+                                la_in_a_thread, la_internal], ids=lambda f: f.__name__)
+def test_library_calls_are_seen_however_they_are_reached(fn, capsys):
+    ok, out = run_check(exercises.associative.associative_form, fn, capsys)
+    assert not ok and LIBRARY_MESSAGE in out, out
+    assert "linattn_core." in out.split(LIBRARY_MESSAGE, 1)[1]  # names what it called
+
+
+def softmax_via_method(q, k, v):
+    from linattn_core import KVCache as Cache
+
+    out = []
+    for b in np.ndindex(q.shape[:-2]):
+        cache = Cache(q.shape[-1], v.shape[-1])
+        for k_t, v_t in zip(k[b], v[b], strict=True):
+            cache.append(k_t, v_t)
+        out.append(np.stack([cache.attend(q_t) for q_t in q[b]]))
+    return np.stack(out).reshape(q.shape[:-1] + v.shape[-1:])
+
+
+def decay_via_decayed(S, z, q_t, k_t, v_t, g, phi):
+    from linattn_core.decay import decayed_linear_attention
+
+    decayed_linear_attention(q_t[None], k_t[None], v_t[None], phi, decay=g)
+    return SOL["decay_step"](S, z, q_t, k_t, v_t, g, phi)
+
+
+@pytest.mark.parametrize(("name", "fn", "called"), [
+    ("softmax_attention", softmax_via_method, "linattn_core.KVCache"),
+    ("decay_step", decay_via_decayed, "linattn_core.decay.decayed_linear_attention"),
+])
+def test_states_and_decays_are_library_calls_too(name, fn, called, capsys):
+    ok, out = run_check(exercises.get(name), fn, capsys)
+    assert not ok and LIBRARY_MESSAGE in out and called in out, out
+
+
+def test_feature_maps_are_allowed_where_phi_is_given_and_refused_where_they_are_the_task(capsys):
+    def with_library_map(q, k, v, phi):  # get_feature_map is no attention: allowed here
+        fq, fk = phi(q), phi(k)
+        assert get_feature_map("elu+1")(np.zeros((1, 2))).shape == (1, 2)
+        return SOL["associative_attention"](q, k, v, lambda x: phi(x)) + 0 * fq.sum() * fk.sum()
+
+    assert run_check(exercises.associative.associative_form, with_library_map, capsys)[0]
+    ok, out = run_check(exercises.feature_maps.elu_plus_one,
+                        lambda x: linattn_core.EluPlusOne()(x), capsys)
+    assert not ok and "linattn_core.EluPlusOne.__call__" in out, out
+
+
+def test_switching_off_the_watch_is_refused_and_the_watch_is_restored(capsys):
+    import sys
+
+    def unwatched(q, k, v, phi):
+        sys.setprofile(None)
+        return linear_attention(q, k, v, phi)
+
+    def other_profiler(frame, event, arg):
+        return None
+
+    sys.setprofile(other_profiler)
+    try:
+        ok, out = run_check(exercises.associative.associative_form, unwatched, capsys)
+        assert sys.getprofile() is other_profiler  # check() puts back what was there
+    finally:
+        sys.setprofile(None)
+    assert not ok and "switched off check()'s watch" in out, out
+
+
+def test_deep_recursion_is_reported_as_such_not_as_tampering(capsys):
+    def recursive(*args):
+        return recursive(*args)
+
+    ok, out = run_check(exercises.softmax.attention, recursive, capsys)
+    assert not ok and "raised RecursionError" in out and "watch" not in out, out
+
+
+# --------------------------------------------------------------------------------------------------
+# Summative mode: no solution(), limited hints, the kit's own solutions refused
+# --------------------------------------------------------------------------------------------------
+def test_summative_mode_switches_solution_off_and_limits_hints(practice, capsys):
+    ex = exercises.causal.prefix_sums
+    exercises.summative(max_hints=1)
+    ex.solution()
+    out = capsys.readouterr().out
+    assert "switched off" in out and "def causal_cumsum" not in out
+    ex.hint(1)
+    assert capsys.readouterr().out.startswith(f"Hint 1 of {len(ex.hints)}:")
+    ex.hint(3)
+    out = capsys.readouterr().out
+    assert "allows hints 1 to 1" in out and ex.hints[2][:30] not in " ".join(out.split())
+    assert "solution()" not in out and "More:" not in out
+    exercises.summative(max_hints=0)
+    ex.hint(1)
+    assert "no hints" in capsys.readouterr().out
+    ok, out = run_check(ex, cc_strict, capsys)
+    assert not ok and "Stuck?" not in out  # no pointer to hints that are off
+    exercises.formative()
+    ex.solution()
+    assert capsys.readouterr().out.startswith("def causal_cumsum(")
+    for bad in (-1, 1.5, True, "2"):
+        with pytest.raises(ValueError, match="max_hints"):
+            exercises.summative(max_hints=bad)
+
+
+@pytest.mark.parametrize("ex", ALL, ids=IDS)
+def test_summative_mode_refuses_the_kits_own_solution(ex, practice, capsys):
+    def copied(*args):
+        return ex.solution_fn(*args)
+
+    assert run_check(ex, copied, capsys)[0]  # in practice it is one solution() away anyway
+    exercises.summative(max_hints=2)
+    ok, out = run_check(ex, copied, capsys)
+    assert not ok and LIBRARY_MESSAGE in out and "exercises' own solutions" in out, out
+    assert "linattn_core.tools.exercises." in out
+
+
+# --------------------------------------------------------------------------------------------------
+# Clamps: |den| is not den, and no clamp at all is caught wherever the task computes one
+# --------------------------------------------------------------------------------------------------
+CLAMPED = ["kernel_attention", "associative_attention", "causal_cumsum", "chunked_causal",
+           "streaming_step", "decay_step"]
+
+
+def _denominators(ex, case):
+    """phi(q_t) . z_t of every query of a case (the state's z for the one-step exercises)."""
+    a = dict(zip(ex.arg_names, case.args, strict=False))
+    phi = a["phi"]
+    if "q_t" in a:
+        g = a.get("g", 1.0)
+        z_new = g * a["z"] + phi(a["k_t"][None])[0]
+        return np.array([phi(a["q_t"][None])[0] @ z_new])
+    fq, fk = phi(a["q"]), phi(a["k"])
+    if ex.name in CAUSAL_FORMS:
+        return np.einsum("...nf,...nf->...n", fq, np.cumsum(fk, -2))
+    return fq @ fk.sum(-2)[..., None]
+
+
+@pytest.mark.parametrize("name", CLAMPED)
+def test_clamp_cases_have_zero_tiny_and_negative_denominators(name):
+    ex = exercises.get(name)
+    dens = np.concatenate([_denominators(ex, c).ravel() for c in ex.cases()])
+    assert (dens == 0).any() and ((dens > 0) & (dens < 1e-6)).any(), name
+    negative = dens[dens < 0]
+    assert negative.size and (negative <= -0.1).all(), name  # |den| clamps far from den
+    assert not ((np.abs(dens - 1e-6) < 1e-9) & (dens != 0)).any()  # nothing on the clamp's edge
+
+
+def _abs_clamp(name):
+    """The task's solution with np.maximum(np.abs(den), eps): right wherever den >= 0."""
+    def fn(*args):
+        real_maximum = np.maximum
+        builtin_max = max
+
+        def abs_maximum(a, b, *rest, **kw):
+            return real_maximum(np.abs(a), b, *rest, **kw)
+
+        def abs_max(a, b):
+            return builtin_max(abs(a), b)
+
+        sol = SOL[name]
+        saved = sol.__globals__["np"]
+
+        class AbsNumpy:
+            def __getattr__(self, attr):
+                return abs_maximum if attr == "maximum" else getattr(saved, attr)
+
+        sol.__globals__["np"], sol.__globals__["max"] = AbsNumpy(), abs_max
+        try:
+            return sol(*args)
+        finally:
+            sol.__globals__["np"] = saved
+            del sol.__globals__["max"]
+    return fn
+
+
+@pytest.mark.parametrize("name", CLAMPED + ["clamped_normalize"])
+def test_clamping_the_absolute_denominator_fails_and_is_named(name, capsys):
+    ok, out = run_check(exercises.get(name), _abs_clamp(name), capsys)
+    assert not ok, out
+    assert "clamped |den| instead of den" in out or "you took |den|" in out, out
+
+
+def ds_no_clamp(S, z, q_t, k_t, v_t, g, phi):
+    fq, fk = phi(q_t[None])[0], phi(k_t[None])[0]
+    S_new, z_new = g * S + np.outer(fk, v_t), g * z + fk
+    return S_new, z_new, fq @ S_new / (fq @ z_new)
+
+
+def ds_eps_added(S, z, q_t, k_t, v_t, g, phi):
+    fq, fk = phi(q_t[None])[0], phi(k_t[None])[0]
+    S_new, z_new = g * S + np.outer(fk, v_t), g * z + fk
+    return S_new, z_new, fq @ S_new / (fq @ z_new + 1e-6)
+
+
+def test_decay_step_without_a_clamp_fails(capsys):
+    ok, out = run_check(exercises.training.decay_step, ds_no_clamp, capsys)
+    assert not ok and "did not clamp the denominator" in out, out
+    ok, out = run_check(exercises.training.decay_step, ds_eps_added, capsys)
+    assert not ok and "Not yet" in out, out
+
+
+# --------------------------------------------------------------------------------------------------
+# Memory: an O(N C) chunked answer passes, anything N x N fails
+# --------------------------------------------------------------------------------------------------
+def chunked_vectorised(q, k, v, phi, C=64):
+    """Causal linear attention by chunks, all at once: (N/C, C, C) blocks and N/C states, O(N C)."""
+    fq, fk = phi(q), phi(k)
+    n, f, dv = q.shape[-2], fq.shape[-1], v.shape[-1]
+    pad = -n % C
+    widths = [(0, 0)] * (q.ndim - 2) + [(0, pad), (0, 0)]
+    Q, K, V = (np.pad(x, widths).reshape(x.shape[:-2] + (-1, C, x.shape[-1])) for x in (fq, fk, v))
+    A = np.tril(Q @ sw(K))                                          # (..., N/C, C, C)
+    S = np.cumsum(sw(K) @ V, axis=-3) - sw(K) @ V                   # state before each chunk
+    z = np.cumsum(K.sum(-2), axis=-2) - K.sum(-2)                   # (..., N/C, f)
+    num = Q @ S + A @ V
+    den = np.einsum("...ncf,...nf->...nc", Q, z) + A.sum(-1)
+    out = num / np.maximum(den, 1e-6)[..., None]
+    return out.reshape(q.shape[:-2] + (-1, dv))[..., :n, :] + 0 * f
+
+
+def test_an_o_n_c_chunked_answer_passes_the_memory_check(capsys):
+    import tracemalloc
+
+    ex = exercises.causal.prefix_sums
+    n = exercises.checker.MEMORY_LENGTHS[-1]
+    case = ex._memory_case(n)
+    tracemalloc.start()
+    try:
+        chunked_vectorised(*case.fresh_args())
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak >= n * n // 2  # a size threshold of half an N x N byte matrix would refuse it
+    ok, out = run_check(ex, chunked_vectorised, capsys)
+    assert ok, out
+    assert "never built an N x N matrix" in out
+
+
+@pytest.mark.parametrize(("name", "fn"), [("associative_attention", aa_quadratic),
+                                          ("causal_cumsum", cc_masked_quadratic)])
+def test_an_n_by_n_answer_fails_the_memory_check_with_its_growth(name, fn, capsys):
+    ok, out = run_check(exercises.get(name), fn, capsys)
+    assert not ok and "Almost!" in out and "grows like N^2" in out, out
+    assert re.search(r"\((3\.\d|4\.\d) times as much for 2 times the tokens", out), out
+
+
+# --------------------------------------------------------------------------------------------------
+# Byte counts: only exact integer arithmetic passes
+# --------------------------------------------------------------------------------------------------
+BYTES = ["score_matrix_bytes", "kv_cache_bytes", "model_state_bytes"]
+
+
+def _float_product(dtype):
+    def count(*args):
+        out = dtype(1)
+        for a in args[:-1]:
+            out = out * dtype(a)
+        return out
+    return count
+
+
+def float32_answer(name):
+    count = _float_product(np.float32)
+    return {"score_matrix_bytes": lambda N, b, i: int(count(N, N, b, i, None)),
+            "kv_cache_bytes": lambda t, d, dv, i: int(count(t, d + dv, i, None)),
+            "model_state_bytes": lambda L, H, f, dv, i: int(count(L, H, f, dv + 1, i, None))}[name]
+
+
+def float64_answer(name):
+    return {"score_matrix_bytes": lambda N, b, i: int(float(N) * N * b * i),
+            "kv_cache_bytes": lambda t, d, dv, i: int(float(t) * (d + dv) * i),
+            "model_state_bytes": lambda L, H, f, dv, i: int(float(L) * H * f * (dv + 1) * i)}[name]
+
+
+@pytest.mark.parametrize("name", BYTES)
+@pytest.mark.parametrize("answer", [float32_answer, float64_answer], ids=["float32", "float64"])
+def test_byte_counts_in_floating_point_fail(name, answer, capsys):
+    ex = exercises.get(name)
+    assert any(answer(name)(*c.args) != ex.expected(c) for c in ex.cases())  # a case tells
+    ok, out = run_check(ex, answer(name), capsys)
+    assert not ok and "computed the count in floating point" in out, out
+
+
+def test_model_state_bytes_verdicts_name_the_right_cause(capsys):
+    ex = exercises.training.model_state_bytes
+    ok, out = run_check(ex, lambda L, H, f, dv, i: float(L * H * f * (dv + 1) * i), capsys)
+    assert not ok and "right number" in out and "but a float" in out, out
+    assert "Likely cause" not in out and "cannot tell" not in out
+    for fixed in (4, 8, 2):
+        ok, out = run_check(ex, lambda L, H, f, dv, i, b=fixed: L * H * f * (dv + 1) * b, capsys)
+        assert not ok and "fixed number of bytes per number" in out, (fixed, out)
+        assert "S but not z" not in out and "cannot tell" not in out, (fixed, out)
+
+
+def test_model_state_bytes_says_which_model_and_dtype():
+    task = " ".join(exercises.training.model_state_bytes.task.split())
+    for words in ("n_layer layers", "n_head heads", "normaliser z", "n_embd = n_head * d_v",
+                  "S (d_phi x d_v) and z (d_phi)", "float32"):
+        assert words in task, words
+    text = " ".join((BOOK / "training.md").read_text(encoding="utf-8").split())
+    block = text.split(":label: ex-training-state-bytes", 1)[1].split("```", 1)[0]
+    for words in ("n_layer", "n_head", "n_embd", "float32", "normaliser"):
+        assert words in block, words
+
+
+# --------------------------------------------------------------------------------------------------
+# Numbers: one reading for every number exercise
+# --------------------------------------------------------------------------------------------------
+NUMBER = [ex for ex in ALL if ex.kind in ("int", "number")]
+SPELLINGS = {
+    "python": lambda x: x,
+    "numpy_scalar": lambda x: np.int64(x) if isinstance(x, int) else np.float64(x),
+    "zero_d_array": lambda x: np.array(x),
+}
+
+
+def _spelled(fn, how):
+    def wrapped(*args):
+        out = fn(*args)
+        return SPELLINGS[how](out) if isinstance(out, (int, float)) and not isinstance(out, bool) \
+            else out
+    return wrapped
+
+
+@pytest.mark.parametrize("ex", NUMBER, ids=[e.name for e in NUMBER])
+@pytest.mark.parametrize("how", list(SPELLINGS))
+def test_every_spelling_of_a_number_gets_the_same_verdict(ex, how, capsys):
+    answers = [ex.solution_fn] + [m.fn for m in ex.mistakes]
+    answers.append(lambda *a: float(ex.solution_fn(*a)))  # the right number as a float
+    for fn in answers:
+        plain = run_check(ex, fn, capsys)
+        spelled = run_check(ex, _spelled(fn, how), capsys)
+        assert spelled == plain, (how, plain[1], spelled[1])
+
+
+@pytest.mark.parametrize("ex", NUMBER, ids=[e.name for e in NUMBER])
+def test_arrays_with_axes_are_not_numbers(ex, capsys):
+    ok, out = run_check(ex, lambda *a: np.array([ex.solution_fn(*a)]), capsys)
+    assert not ok and "numpy array of shape (1,)" in out and "x.item()" in out, out

@@ -13,7 +13,8 @@ Each chapter's exercises are attributes of its module; in a notebook::
     exercises.get("causal_cumsum")                     # the same exercise, by its name
     exercises.catalogue()                              # all exercises, by chapter
 
-The exercises, by chapter (the attribute, then its name for ``get``)::
+The exercises, by module (the attribute, then its name for ``get``; ``Exercise.chapter`` is the
+chapter file that asks it)::
 
     softmax       exercises.softmax.attention                softmax_attention
                   exercises.softmax.score_matrix_bytes       score_matrix_bytes
@@ -28,16 +29,24 @@ The exercises, by chapter (the attribute, then its name for ``get``)::
     tradeoffs     exercises.tradeoffs.clamped_normalize      clamped_normalize
                   exercises.tradeoffs.kv_cache_bytes         kv_cache_bytes
                   exercises.tradeoffs.exact_capacity         exact_capacity
-    training      exercises.training.decay_step              decay_step
-                  exercises.training.model_state_bytes       model_state_bytes
     beyond        exercises.beyond.delta_loop                delta_loop
                   exercises.beyond.normed_numerator          normed_numerator
+    training      exercises.training.decay_step              decay_step
+                  exercises.training.model_state_bytes       model_state_bytes
 
 ``check(fn)`` runs ``fn`` on several seeded float64 inputs (one token, an odd length such as 7, a
 ``d`` other than the examples', batch dimensions, and the edge cases each task states) and compares
 the result with ``linattn_core`` itself, computed before ``fn`` runs. It never raises: it says
 which input failed, the shape or the first mismatching position with its relative error, and, when
 the answer matches a typical mistake, what that mistake is (:mod:`.checker` says how).
+
+An answer must compute its result itself: one that calls the library's attention code (however it
+was imported) fails, and the feedback names the function it called.
+
+For graded work, ``exercises.summative(max_hints=1)`` switches ``solution()`` off and limits
+``hint(n)``, and ``check()`` then also refuses the kit's own solutions; ``exercises.formative()``
+switches everything back on (``scripts/make_assignments.py --summative`` writes notebooks that do
+this). The open exercises, graded by hand, are :data:`OPEN` with their rubrics.
 
 No exercise is named like a library function or a builtin, so ``from linattn_core.tools.exercises
 import *`` hides nothing; the chapter modules are not in ``__all__`` either.
@@ -46,11 +55,13 @@ import *`` hides nothing; the chapter modules are not in ``__all__`` either.
 from __future__ import annotations
 
 from . import associative, beyond, causal, feature_maps, softmax, tradeoffs, training
-from .checker import CheckResult, Exercise
+from .checker import CheckResult, Exercise, formative, summative
+from .open import OPEN, OpenExercise
 
-__all__ = ["EXERCISES", "CheckResult", "Exercise", "catalogue", "get"]
+__all__ = ["EXERCISES", "OPEN", "CheckResult", "Exercise", "OpenExercise", "catalogue", "formative",
+           "get", "summative"]
 
-_CHAPTERS = (softmax, associative, feature_maps, causal, tradeoffs, training, beyond)  # book order
+_CHAPTERS = (softmax, associative, feature_maps, causal, tradeoffs, beyond, training)  # book order
 
 EXERCISES: dict[str, Exercise] = {
     ex.name: ex
@@ -69,12 +80,12 @@ def get(name: str) -> Exercise:
 
 
 def catalogue() -> None:
-    """Print every exercise, grouped by chapter, with its difficulty and time."""
-    for chapter in _CHAPTERS:
-        short = chapter.__name__.rsplit(".", 1)[1]
-        print(f"{short}.md")
+    """Print every exercise, grouped by the chapter file that asks it, with its difficulty and time."""
+    chapters = dict.fromkeys(ex.chapter for ex in EXERCISES.values())  # book order
+    for chapter in chapters:
+        print(f"{chapter}.md")
         for ex in EXERCISES.values():
-            if ex.chapter == short:
+            if ex.chapter == chapter:
                 stars = ("*" * ex.difficulty).ljust(3)
                 print(f"  {ex.path:<42} {stars} ~{ex.minutes:>2} min  {ex.title}")
     print("Each has .check(fn), .hint(n) and .solution().")

@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from ._numpy import NO_PHI, causal_mask, row_normalize, softmax_rows, t
+from ._numpy import ABS_CLAMP, NO_PHI, causal_mask, row_normalize, softmax_rows, t
 from .checker import Exercise, Mistake
 from .inputs import EPS, Case, attention_cases, elu_phi, lib_phi, qkv
 
@@ -26,6 +26,24 @@ def _ref_kernel_attention(q, k, v, phi):
     return kernel_attention(q, k, v, feature_map=lib_phi(phi))
 
 
+def _library_kernel_attention(q, k, v, phi):
+    import linattn_core as la  # the shortcut check() refuses: the library's own form
+
+    return la.kernel_attention(q, k, v, phi)
+
+
+def _library_associative_attention(q, k, v, phi):
+    from linattn_core.linear import linear_attention
+
+    return linear_attention(q, k, v, phi)
+
+
+def _library_crossover_length(d_phi, d_v):
+    from linattn_core.tools import timing
+
+    return timing.flop_crossover("kernel", "linear", d=d_phi, d_v=d_v, d_phi=d_phi)
+
+
 def _z_over_features(q, k, v, phi):
     # z summed over the feature axis: one number per key instead of one per feature
     fq, fk = phi(q), phi(k)
@@ -43,6 +61,8 @@ def kernel_mistakes() -> list:
         Mistake(lambda q, k, v, phi: row_normalize(phi(q) @ t(phi(k)), v, eps=None),
                 "you did not clamp the denominator: where phi(q_i) . z is 0 (relu features can "
                 "be all zero) the output is 0/0 = NaN. Divide by max(den, 1e-6)."),
+        Mistake(lambda q, k, v, phi: row_normalize(phi(q) @ t(phi(k)), v, absolute=True),
+                ABS_CLAMP),
         Mistake(lambda q, k, v, phi: (phi(q) @ t(phi(k))) @ v
                 / ((phi(q) @ t(phi(k))).sum(-1, keepdims=True) + EPS),
                 "you added eps (den + 1e-6) instead of clamping (max(den, 1e-6)): adding changes "
@@ -99,8 +119,10 @@ quadratic_form = Exercise(
         Build every score A[i, j] = phi(q_i) . phi(k_j), divide each row by its sum clamped to
         max(sum, 1e-6) and apply the result to v: output (..., N_q, d_v). Non-causal. check()
         compares with linattn_core.kernel_attention on one token, N = 7, d = 5,
-        cross-attention (N_q != N_k), batch dims, a feature map with d_phi != d, and relu
-        features whose denominators reach 0 (where only the clamp keeps the output finite).
+        cross-attention (N_q != N_k), batch dims, a feature map with d_phi != d, relu
+        features whose denominators reach 0 (where only the clamp keeps the output finite) and
+        identity features whose denominators are negative. Compute it yourself: an answer that
+        calls the library's attention functions does not pass.
     """,
     arg_names=("q", "k", "v", "phi"),
     cases=lambda: attention_cases(seed=201),
@@ -116,6 +138,7 @@ quadratic_form = Exercise(
     ],
     mistakes=kernel_mistakes(),
     exception_hints=[("matmul", _SHAPE_ADVICE), ("broadcast", _SHAPE_ADVICE)],
+    library_answer=_library_kernel_attention,
     difficulty=1,
     minutes=10,
     success="This is the reference: correct, but it builds an N_q x N_k matrix. The next exercise "
@@ -140,12 +163,11 @@ def ref_associative_attention(q, k, v, phi):
 
 
 def memory_case_attention(seed: int) -> Callable:
-    """A long input (N = 2048, d = d_v = 4) on which nothing N x N may be allocated."""
-    def make():
+    """``make(n)``: a long input (n tokens, d = d_v = 4) on which nothing N x N may be allocated."""
+    def make(n: int) -> Case:
         rng = np.random.default_rng(seed)
-        n = 2048
         q, k, v = qkv(rng, n, n, d=4, d_v=4)
-        return Case(f"N = {n}", (q, k, v, elu_phi())), n
+        return Case(f"N = {n}", (q, k, v, elu_phi()))
 
     return make
 
@@ -162,8 +184,8 @@ associative_form = Exercise(
         (shape (..., d_phi, d_v)) and z = sum_j phi(k_j) (shape (..., d_phi)), then
         y_i = phi(q_i)^T S / max(phi(q_i) . z, 1e-6). check() compares with
         linattn_core.linear_attention on the same inputs as kernel_attention_mine, and measures
-        that a 2048-token input never allocates anything N x N (numpy arrays through
-        tracemalloc, torch tensors through torch's dispatcher).
+        that the memory of 1024- and 2048-token inputs does not grow like N x N (numpy arrays
+        through tracemalloc, torch tensors through torch's dispatcher).
     """,
     arg_names=("q", "k", "v", "phi"),
     cases=lambda: attention_cases(seed=301),
@@ -180,6 +202,7 @@ associative_form = Exercise(
     mistakes=kernel_mistakes(),
     memory_case=memory_case_attention(302),
     exception_hints=[("matmul", _SHAPE_ADVICE), ("broadcast", _SHAPE_ADVICE)],
+    library_answer=_library_associative_attention,
     difficulty=2,
     minutes=15,
     success="Same numbers as the quadratic form, in O(N d_phi d_v) time and O(d_phi d_v) extra "
@@ -228,6 +251,8 @@ crossover = Exercise(
         "2 N^2 (d_phi + d_v) = 4 N d_phi d_v: divide both sides by 2 N (d_phi + d_v).",
     ],
     kind="number",
+    forbidden=("linattn_core.tools.timing",),
+    library_answer=_library_crossover_length,
     mistakes=[
         Mistake(lambda f, v: f * v / (f + v),
                 "you are off by a factor 2: the associative form does two products of N d_phi d_v "

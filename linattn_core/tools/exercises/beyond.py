@@ -1,4 +1,5 @@
-"""Exercises of the chapter beyond linear attention: ``delta_loop`` and ``normed_numerator``."""
+"""Exercises of the chapters beyond linear attention: ``delta_loop`` (beyond_delta.md) and
+``normed_numerator`` (beyond_tour.md)."""
 
 from __future__ import annotations
 
@@ -26,6 +27,12 @@ def _ref_delta_loop(q, k, v, beta):
     from linattn_core.delta import delta_rule_attention
 
     return delta_rule_attention(q, k, v, beta, method="recurrent")
+
+
+def _library_delta_loop(q, k, v, beta):
+    from linattn_core.delta import delta_rule_attention  # the shortcut check() refuses
+
+    return delta_rule_attention(q, k, v, beta)
 
 
 def _cases() -> list:
@@ -67,7 +74,7 @@ delta_loop = Exercise(
     name="delta_loop",
     path="exercises.beyond.delta_loop",
     fn_name="delta_loop",
-    chapter="beyond",
+    chapter="beyond_delta",
     title="The delta rule, one token at a time",
     task="""
         Write `delta_loop(q, k, v, beta)` for one sequence, q, k: (N, d), v: (N, d_v),
@@ -75,7 +82,8 @@ delta_loop = Exercise(
         (shape (d, d_v)), then for each token S = S + beta_t k_t (v_t - S^T k_t)^T and
         y_t = S^T q_t (update, then read). check() compares with
         linattn_core.delta_rule_attention(q, k, v, beta, method="recurrent") on one token,
-        N > d, d != d_v, a key that comes back with beta = 1, and beta above 1.
+        N > d, d != d_v, a key that comes back with beta = 1, and beta above 1. Write the loop
+        yourself: an answer that calls the library's delta rule does not pass.
     """,
     arg_names=("q", "k", "v", "beta"),
     cases=_cases,
@@ -110,6 +118,7 @@ delta_loop = Exercise(
     ],
     exception_hints=[("matmul", "Check the shapes: S is (d, d_v), S.T @ k_t is (d_v,) and "
                                "np.outer(k_t, error) is (d, d_v).")],
+    library_answer=_library_delta_loop,
     difficulty=2,
     minutes=15,
     success="With unit-length keys and beta = 1 the state overwrites what it held under k_t: a "
@@ -137,6 +146,12 @@ def _ref_normed_numerator(q, k, v, phi):
     return _rms_rows(linear_attention(q, k, v, feature_map=lib_phi(phi), causal=True))
 
 
+def _library_normed_numerator(q, k, v, phi):
+    import linattn_core as la  # the shortcut check() refuses: the library's causal form
+
+    return _rms_rows(la.linear_attention(q, k, v, phi, causal=True))
+
+
 def _numerator(q, k, v, phi, *, causal=True, use_phi_q=True):
     fq, fk = (phi(q) if use_phi_q else q), phi(k)
     scores = fq @ np.swapaxes(fk, -1, -2)
@@ -149,7 +164,7 @@ normed_numerator = Exercise(
     name="normed_numerator",
     path="exercises.beyond.normed_numerator",
     fn_name="normed_numerator",
-    chapter="beyond",
+    chapter="beyond_tour",
     title="Drop z: normalize the output instead",
     task="""
         Write `normed_numerator(q, k, v, phi)` for q, k: (..., N, d), v: (..., N, d_v): causal
@@ -160,7 +175,8 @@ normed_numerator = Exercise(
         features (no row of the numerator is zero).
     """,
     arg_names=("q", "k", "v", "phi"),
-    cases=lambda: [c for c in attention_cases(seed=911, cross=False) if "relu" not in c.title],
+    cases=lambda: [c for c in attention_cases(seed=911, cross=False, signed=False)
+                   if "relu" not in c.title],
     reference=_ref_normed_numerator,
     solution_fn=_solution_normed_numerator,
     hints=[
@@ -187,6 +203,7 @@ normed_numerator = Exercise(
                 "you divided by the Euclidean norm; the RMS norm divides by "
                 "sqrt(mean of squares), which is the Euclidean norm / sqrt(d_v)."),
     ],
+    library_answer=_library_normed_numerator,
     difficulty=2,
     minutes=15,
     success="The normalized output gives the same rows after the norm: z is one positive number "

@@ -7,7 +7,9 @@ from collections.abc import Callable
 import numpy as np
 
 from . import compare
-from .associative import memory_case_attention, ref_associative_attention
+from ._numpy import ABS_CLAMP, clamp, row_normalize
+from ._numpy import t as swap_last
+from .associative import memory_case_attention
 from .checker import Exercise, Mistake
 from .inputs import (
     BATCH,
@@ -15,10 +17,13 @@ from .inputs import (
     Case,
     attention_cases,
     elu_phi,
+    identity_phi,
     lib_phi,
     performer_phi,
     qkv,
     relu_phi,
+    signed_qkv,
+    signed_step,
     zero_denominator_qkv,
 )
 
@@ -41,8 +46,14 @@ def _ref_causal_cumsum(q, k, v, phi):
     return linear_attention(q, k, v, feature_map=lib_phi(phi), causal=True, method="cumsum")
 
 
+def _library_causal_cumsum(q, k, v, phi):
+    import linattn_core as la  # the shortcut check() refuses: the library's own causal form
+
+    return la.linear_attention(q, k, v, phi, causal=True)
+
+
 def _variant(q, k, v, phi, *, shift=0, reverse=False, normalize=True, phi_q=True, phi_k=True,
-             axis=None, eps=EPS):
+             axis=None, eps=EPS, absolute=False):
     fq = phi(q) if phi_q else q
     fk = phi(k) if phi_k else k
     outer = fk[..., :, None] * v[..., None, :]
@@ -59,7 +70,7 @@ def _variant(q, k, v, phi, *, shift=0, reverse=False, normalize=True, phi_q=True
     if not normalize:
         return num
     den = np.einsum("...nf,...nf->...n", fq, z)
-    return num / (den if eps is None else np.maximum(den, eps))[..., None]
+    return num / clamp(den, eps, absolute)[..., None]
 
 
 _NO_PHI_Q = ("you did not apply phi to q: the prefix states are built from phi(k), and each one is "
@@ -78,8 +89,10 @@ prefix_sums = Exercise(
         y_t = phi(q_t)^T S_t / max(phi(q_t) . z_t, 1e-6). Use prefix sums (np.cumsum), no N x N
         matrix. check() compares with linattn_core.linear_attention(..., causal=True) on one
         token, N = 7, d = 5, batch dims, a feature map with d_phi != d, relu features whose
-        denominators reach 0 (only the clamp keeps them finite), and measures that a 2048-token
-        input allocates nothing N x N (numpy arrays and torch tensors).
+        denominators reach 0 (only the clamp keeps them finite), identity features whose
+        denominators are negative, and measures that the memory of 1024- and 2048-token inputs
+        does not grow like N x N (numpy arrays and torch tensors). An answer that calls the
+        library's attention functions does not pass.
     """,
     arg_names=("q", "k", "v", "phi"),
     cases=lambda: attention_cases(seed=601, cross=False),
@@ -104,7 +117,7 @@ prefix_sums = Exercise(
                 "your output matches a strictly-causal version without the clamp: token t does "
                 "not see itself, so token 0 sees nothing and gets 0/0 = NaN. Include the current "
                 "token (y_0 = v_0)."),
-        Mistake(lambda q, k, v, phi: ref_associative_attention(q, k, v, phi),
+        Mistake(lambda q, k, v, phi: row_normalize(phi(q) @ swap_last(phi(k)), v),
                 "you computed non-causal attention (every token sees the whole sequence): use "
                 "running sums, not totals."),
         Mistake(lambda q, k, v, phi: _variant(q, k, v, phi, reverse=True),
@@ -114,6 +127,7 @@ prefix_sums = Exercise(
         Mistake(lambda q, k, v, phi: _variant(q, k, v, phi, eps=None),
                 "you did not clamp the denominator: where phi(q_t) . z_t is 0 (relu features can "
                 "be all zero) the output is 0/0 = NaN. Divide by max(den, 1e-6)."),
+        Mistake(lambda q, k, v, phi: _variant(q, k, v, phi, absolute=True), ABS_CLAMP),
         Mistake(lambda q, k, v, phi: _variant(q, k, v, phi, phi_q=False, phi_k=False),
                 "you left out phi: apply the feature map to q and k first."),
         Mistake(lambda q, k, v, phi: _variant(q, k, v, phi, phi_q=False), _NO_PHI_Q),
@@ -124,6 +138,7 @@ prefix_sums = Exercise(
                 "the outer products, axis=-2 for phi(k))."),
     ],
     memory_case=memory_case_attention(602),
+    library_answer=_library_causal_cumsum,
     difficulty=3,
     minutes=20,
     success="The cumsum form stores N states of size d_phi x d_v; the recurrent form keeps one, "
@@ -164,6 +179,9 @@ def _cases_streaming_step() -> list:
     perf = performer_phi(4, 6, 702)
     q_t, k_t, v_t = token(4, 3)
     k_t = -np.abs(k_t) - 0.1  # relu(k_t) = 0: the new state is still empty, z_new = 0
+    q_s = np.where(np.arange(4) == 0, 1e-3, -1.0)  # relu(q_s) . relu(k_s) = 1e-3 * 1e-4 < 1e-6
+    k_s = np.where(np.arange(4) == 0, 1e-4, -1.0)
+    ident = identity_phi()
     return [
         Case("first token: S = 0, z = 0", (np.zeros((4, 3)), np.zeros(4), *token(4, 3), elu)),
         Case("after 5 tokens", (*state_after(5, 4, 3, elu), *token(4, 3), elu)),
@@ -171,11 +189,14 @@ def _cases_streaming_step() -> list:
         Case("a feature map with d_phi != d", (*state_after(4, 4, 3, perf), *token(4, 3), perf)),
         Case("relu features, z_new = 0 (denominator 0)",
              (np.zeros((4, 3)), np.zeros(4), q_t, k_t, v_t, relu)),
+        Case("relu features, a denominator between 0 and 1e-6",
+             (np.zeros((4, 3)), np.zeros(4), q_s, k_s, v_t, relu)),
+        Case("identity features, a negative denominator", (*signed_step(rng, 5), ident)),
     ]
 
 
 def _step_variant(S, z, q_t, k_t, v_t, phi, *, query_first=False, normalize=True, phi_k=True,
-                  phi_q=True, phi_z=True, transpose=False, eps=EPS):
+                  phi_q=True, phi_z=True, transpose=False, eps=EPS, absolute=False):
     fq = phi(q_t[None])[0] if phi_q else q_t
     fk = phi(k_t[None])[0] if phi_k else k_t
     fz = phi(k_t[None])[0] if phi_z else k_t
@@ -183,9 +204,17 @@ def _step_variant(S, z, q_t, k_t, v_t, phi, *, query_first=False, normalize=True
     z_new = z + fz
     S_q, z_q = (S, z) if query_first else (S_new, z_new)
     num = fq @ S_q
-    den = float(fq @ z_q)
-    y = (num / (den if eps is None else max(den, eps))) if normalize else num
+    y = num / clamp(float(fq @ z_q), eps, absolute) if normalize else num
     return S_new, z_new, y
+
+
+def _library_streaming_step(S, z, q_t, k_t, v_t, phi):
+    from linattn_core import LinearAttentionState  # the shortcut check() refuses
+
+    state = LinearAttentionState(q_t.shape[-1], v_t.shape[-1], phi)
+    state.S, state.z = S.copy(), z.copy()
+    y_t = state.step(q_t, k_t, v_t)
+    return state.S, state.z, y_t
 
 
 def _stream_whole_sequence(ex: Exercise) -> Callable:
@@ -204,6 +233,8 @@ def _stream_whole_sequence(ex: Exercise) -> Callable:
         ys = []
         for t in range(n):
             step = ex.call(fn, (S, z, q[t], k[t], v[t], phi))
+            if step.library or (step.unwatched and step.error is None):
+                return ex.library_problem(f"{where}, token {t}", step.library), ""
             if step.error is not None:
                 return (f"Not yet. {where}: at token {t} your function raised "
                         f"{type(step.error).__name__}: {compare.safe_str(step.error)}"), ""
@@ -236,9 +267,10 @@ streaming_step = Exercise(
         S_new = S + phi(k_t) v_t^T, z_new = z + phi(k_t), then
         y_t = phi(q_t)^T S_new / max(phi(q_t) . z_new, 1e-6). phi works on (N, d) arrays, so
         apply it as phi(x[None])[0]. Do not modify S or z in place. check() tries the empty
-        state, states after a few tokens, d != d_v, a feature map with d_phi != d and a relu
-        step whose denominator is 0, then steps your function through a 7-token sequence and
-        compares with causal linear_attention.
+        state, states after a few tokens, d != d_v, a feature map with d_phi != d, relu steps
+        whose denominator is 0 and below 1e-6, and an identity step whose denominator is
+        negative, then steps your function through a 7-token sequence and compares with causal
+        linear_attention. An answer that uses the library's state does not pass.
     """,
     arg_names=("S", "z", "q_t", "k_t", "v_t", "phi"),
     cases=_cases_streaming_step,
@@ -263,6 +295,7 @@ streaming_step = Exercise(
         Mistake(lambda *a: _step_variant(*a, eps=None),
                 "you did not clamp the denominator: with z_new = 0 the output is 0/0 = NaN. "
                 "Divide by max(phi(q_t) . z_new, 1e-6)."),
+        Mistake(lambda *a: _step_variant(*a, absolute=True), ABS_CLAMP),
         Mistake(lambda *a: _step_variant(*a, transpose=True),
                 "the outer product is the wrong way round: S is (d_phi, d_v), so add "
                 "np.outer(phi(k_t), v_t)."),
@@ -276,6 +309,7 @@ streaming_step = Exercise(
     exception_hints=[("broadcast", "Check the shapes: S is (d_phi, d_v), so the token's outer "
                                    "product must be np.outer(phi(k_t), v_t); np.outer(v_t, ...) is "
                                    "the wrong way round. phi(k_t[None])[0] has shape (d_phi,).")],
+    library_answer=_library_streaming_step,
     difficulty=2,
     minutes=15,
     success="A fixed-size state, updated once per token: this is what makes linear attention an "
@@ -308,8 +342,14 @@ def _ref_chunked_causal(q, k, v, phi, C):
                             chunk_size=C)
 
 
+def _library_chunked_causal(q, k, v, phi, C):
+    from linattn_core.linear import linear_attention  # the shortcut check() refuses
+
+    return linear_attention(q, k, v, phi, causal=True, method="chunked", chunk_size=C)
+
+
 def _chunked_variant(q, k, v, phi, C, *, carry=True, diagonal=True, update_first=False,
-                     mask=True, eps=EPS):
+                     mask=True, eps=EPS, absolute=False):
     fq, fk = phi(q), phi(k)
     S = np.zeros(fk.shape[:-2] + (fk.shape[-1], v.shape[-1]))
     z = np.zeros(fk.shape[:-2] + (fk.shape[-1],))
@@ -322,7 +362,7 @@ def _chunked_variant(q, k, v, phi, C, *, carry=True, diagonal=True, update_first
         A = (np.tril(scores) if diagonal else np.tril(scores, -1)) if mask else scores
         num = (Qc @ S if carry else 0.0) + A @ Vc
         den = (np.einsum("...cf,...f->...c", Qc, z) if carry else 0.0) + A.sum(-1)
-        out[..., a:a + C, :] = num / np.maximum(den, eps)[..., None]
+        out[..., a:a + C, :] = num / clamp(den, eps, absolute)[..., None]
         if not update_first:
             S, z = S + np.swapaxes(Kc, -1, -2) @ Vc, z + Kc.sum(-2)
     return out
@@ -342,6 +382,8 @@ def _cases_chunked_causal() -> list:
              (*zero_denominator_qkv(rng, 5), relu_phi(), 2)),
         Case("a feature map with d_phi != d, C = 3",
              (*qkv(rng, 6, 6, scale=0.5), performer_phi(4, 6, 611), 3)),
+        Case("identity features, negative denominators, C = 4",
+             (*signed_qkv(rng, 7), identity_phi(), 4)),
     ]
 
 
@@ -357,8 +399,9 @@ chunked_form = Exercise(
         can be computed at once from the state before it, then write
         `chunked_causal(q, k, v, phi, C)` for q, k: (..., N, d), v: (..., N, d_v), returning
         (..., N, d_v). Loop over chunks, not tokens. check() uses C that divides N and C that
-        does not, C = 1, C > N, one token, batch dims and relu features whose denominators
-        reach 0.
+        does not, C = 1, C > N, one token, batch dims, relu features whose denominators
+        reach 0 and identity features whose denominators are negative. An answer that calls
+        the library's chunked form does not pass.
     """,
     arg_names=("q", "k", "v", "phi", "C"),
     cases=_cases_chunked_causal,
@@ -391,7 +434,10 @@ chunked_form = Exercise(
         Mistake(lambda q, k, v, phi, C: _chunked_variant(q, k, v, phi, C, eps=0.0),
                 "you did not clamp the denominator: relu features can make it 0 (0/0 = NaN). "
                 "Divide by max(den, 1e-6)."),
+        Mistake(lambda q, k, v, phi, C: _chunked_variant(q, k, v, phi, C, absolute=True),
+                ABS_CLAMP),
     ],
+    library_answer=_library_chunked_causal,
     difficulty=3,
     minutes=30,
     success="C = 1 gives back the recurrence and C >= N the masked quadratic form: the chunk size "

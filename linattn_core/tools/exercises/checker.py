@@ -11,7 +11,14 @@
   described), any exception but KeyboardInterrupt is reported, and a failure of the checker itself
   becomes feedback too;
 - a diagnosis ("Likely cause") is given only when the input can tell it apart: when several typical
-  mistakes give the same numbers on a degenerate input (one token), all of them are listed.
+  mistakes give the same numbers on a degenerate input (one token), all of them are listed, and a
+  mistake that gives the right answer on the input is never named;
+- ``fn`` must compute the answer itself: while it runs, a profile hook records every call into the
+  library's attention code (and the kit's own solutions), however it was imported, and such an answer
+  fails with a message naming the function it called.
+
+:func:`summative` switches ``solution()`` off and limits ``hint()`` for graded work (see
+``scripts/make_assignments.py --summative``); :func:`formative` switches them back on.
 """
 
 from __future__ import annotations
@@ -22,6 +29,7 @@ import functools
 import inspect
 import sys
 import textwrap
+import threading
 import tracemalloc
 import warnings
 from collections.abc import Callable, Iterator, Sequence
@@ -49,6 +57,130 @@ _WARNING_ADVICE = (
     "large positive x too and overflows, even though that branch is thrown away. Feed exp only "
     "values it can take: np.exp(np.minimum(x, 0))."
 )
+
+
+# The library's attention code: an answer that calls any of it has not computed the answer itself.
+# (The feature maps are not here: every exercise with a `phi` argument is meant to call it.)
+LIBRARY = ("linattn_core.attention", "linattn_core.linear", "linattn_core.linear_grad",
+           "linattn_core.decay", "linattn_core.delta", "linattn_core.streaming", "linattn_core.recall",
+           "linattn_core.fast", "linattn_core.lm")
+# In summative mode the kit's own solutions and references are refused too (in practice they are one
+# solution() away anyway) ...
+KIT = ("linattn_core.tools.exercises",)
+# ... except the checker itself and the feature-map wrapper it hands to fn.
+_ALLOWED = ("linattn_core.tools.exercises.inputs", "linattn_core.tools.exercises.checker",
+            "linattn_core.tools.exercises.compare")
+
+
+# The two lengths of the memory check: the longer one twice the shorter.
+MEMORY_LENGTHS = (1024, 2048)
+
+
+@dataclass
+class _Mode:
+    summative: bool = False
+    max_hints: int | None = None  # None: every hint
+
+
+_MODE = _Mode()
+
+
+def summative(max_hints: int = 0) -> None:
+    """Graded work: ``solution()`` is off, ``hint(n)`` answers only ``n <= max_hints``.
+
+    ``check()`` refuses an answer that calls the library's attention code in both modes; in this
+    one it also refuses an answer that calls the kit's own solutions or references. The released
+    notebooks of ``make_assignments.py --summative`` call
+    this in their first code cell.
+    """
+    if not isinstance(max_hints, (int, np.integer)) or isinstance(max_hints, bool) or max_hints < 0:
+        raise ValueError(f"max_hints must be an int >= 0 (0: no hints), got {max_hints!r}")
+    _MODE.summative, _MODE.max_hints = True, int(max_hints)
+
+
+def formative() -> None:
+    """Practice (the default): every hint and ``solution()`` are available."""
+    _MODE.summative, _MODE.max_hints = False, None
+
+
+@contextlib.contextmanager
+def practice_mode() -> Iterator[None]:
+    """Formative mode inside the block, the previous mode after it (for the teacher's tools)."""
+    saved = (_MODE.summative, _MODE.max_hints)
+    formative()
+    try:
+        yield
+    finally:
+        _MODE.summative, _MODE.max_hints = saved
+
+
+def _in(module: str, prefixes: Sequence[str]) -> bool:
+    return any(module == p or module.startswith(p + ".") for p in prefixes)
+
+
+def _public_name(module: str, qualname: str) -> str:
+    """``linattn_core.linear_attention`` for an exported function, else its full dotted name."""
+    top = qualname.split(".", 1)[0]
+    package = sys.modules.get("linattn_core")
+    if module.startswith("linattn_core.") and top in getattr(package, "__all__", ()):
+        return f"linattn_core.{qualname}"
+    return f"{module}.{qualname}"
+
+
+@contextlib.contextmanager
+def _library_calls(forbidden: Sequence[str]) -> Iterator[list]:
+    """Record the forbidden library functions the code run inside calls (names, first call first).
+
+    A profile hook sees every Python function call, whatever name the caller reached the function
+    by (``la.linear_attention``, ``from linattn_core.linear import ...``, a method of
+    LinearAttentionState, a helper that calls the library), and every call of a compiled function
+    of the library. Only the entry points are recorded: a library frame called from outside.
+    If the hook is gone afterwards, ``"sys.setprofile"`` ends the list: the code removed it, or
+    Python did (it drops a profile function that raises, e.g. at the recursion limit).
+    """
+    calls: list[str] = []
+    depth = [0]  # how many forbidden frames are running: only the outermost is an entry point
+    verdicts: dict = {}  # code object -> whether it is forbidden code (one module per code object)
+
+    def banned(frame) -> bool:
+        code = frame.f_code
+        if code not in verdicts:
+            module = frame.f_globals.get("__name__", "")
+            verdicts[code] = isinstance(module, str) and _in(module, forbidden) \
+                and not _in(module, _ALLOWED)
+        return verdicts[code]
+
+    def record(name: str) -> None:
+        if name not in calls:
+            calls.append(name)
+
+    def hook(frame, event, arg):
+        if event == "call":
+            if banned(frame):
+                # a module's body running on its first import is no call of the reader's
+                if depth[0] == 0 and frame.f_code.co_name != "<module>":
+                    code = frame.f_code
+                    record(_public_name(frame.f_globals["__name__"],
+                                        getattr(code, "co_qualname", code.co_name)))
+                depth[0] += 1
+        elif event == "return":
+            if banned(frame):
+                depth[0] -= 1
+        elif event == "c_call" and depth[0] == 0:
+            module = getattr(arg, "__module__", None)
+            if isinstance(module, str) and _in(module, forbidden):
+                record(f"{module}.{getattr(arg, '__name__', '?')}")
+
+    previous, previous_threads = sys.getprofile(), threading.getprofile()
+    sys.setprofile(hook)
+    threading.setprofile(hook)
+    try:
+        yield calls
+    finally:
+        if sys.getprofile() is not hook:
+            calls.append("sys.setprofile")
+        sys.setprofile(previous)
+        threading.setprofile(previous_threads)
 
 
 def wrap(text: str, indent: str = "  ") -> str:
@@ -95,6 +227,8 @@ class _Call:
     error: BaseException | None = None
     warnings: list = field(default_factory=list)
     changed: list = field(default_factory=list)
+    library: list = field(default_factory=list)  # forbidden library functions fn called
+    unwatched: bool = False  # the watch for library calls was gone when fn returned
 
 
 def _changed(before: Any, after: Any, depth: int = 0) -> bool:
@@ -182,8 +316,11 @@ class Exercise:
     forbid_warnings : bool
         Fail if ``fn`` makes numpy warn (overflow, invalid value, divide by zero).
     memory_case : callable or None
-        ``memory_case() -> (case, n)``: a long input on which ``fn`` must not allocate anything
-        N x N (numpy allocations seen by ``tracemalloc``, torch ones by a dispatch mode).
+        ``memory_case(n) -> case``: a long input of ``n`` tokens. ``fn`` runs on two lengths,
+        :data:`MEMORY_LENGTHS`, and fails if its peak allocation (numpy's seen by ``tracemalloc``,
+        torch's by a dispatch mode) grows like N^2: at least a quarter of an N x N byte matrix at
+        the longer length, and more than 3 times larger when N doubles (an O(N C) chunked answer
+        doubles, an N x N matrix quadruples).
     difficulty : int
         1 (warm-up) to 3 (hardest).
     minutes : int
@@ -196,6 +333,12 @@ class Exercise:
         ``extra_check(exercise) -> run``: prepares its expected answer first, then
         ``run(fn) -> (problem or None, note)`` runs after every case passed (e.g. stepping through
         a whole sequence); ``note`` is added to the "Correct!" line.
+    forbidden : sequence of str
+        Modules (dotted prefixes) ``fn`` may not call besides :data:`LIBRARY`, e.g. the feature maps
+        for the exercise that writes one.
+    library_answer : callable or None
+        The shortcut this exercise refuses: a function that gets the right numbers by calling the
+        library. ``course.wrong_answers`` shows it with the feedback it gets.
     """
 
     def __init__(self, name: str, path: str, fn_name: str, chapter: str, title: str, task: str,
@@ -204,7 +347,8 @@ class Exercise:
                  mistakes: Sequence[Mistake] = (), forbid_warnings: bool = False,
                  memory_case: Callable | None = None, difficulty: int = 1, minutes: int = 10,
                  exception_hints: Sequence[tuple[str, str]] = (), success: str = "",
-                 extra_check: Callable | None = None, unit: str = "bytes"):
+                 extra_check: Callable | None = None, unit: str = "bytes",
+                 forbidden: Sequence[str] = (), library_answer: Callable | None = None):
         self.name = name
         self.path = path
         self.fn_name = fn_name
@@ -225,6 +369,8 @@ class Exercise:
         self.exception_hints = tuple(exception_hints)
         self.success = success
         self._extra_check = extra_check
+        self.forbidden = tuple(forbidden)
+        self.library_answer = library_answer
         if kind == "array":
             self._compare, self._same = compare.compare_array, compare.same_array
         elif kind == "triple":
@@ -262,27 +408,42 @@ class Exercise:
             passed, text = False, (
                 f"Not yet. check() could not finish examining your function "
                 f"({type(exc).__name__}: {compare.safe_str(exc, 200)}). Make it take plain "
-                f"numpy arrays and return one.\n  Stuck? {self.path}.hint(1)")
+                f"numpy arrays and return one.{self._stuck()}")
         print(text)
         return CheckResult(passed, text, self.name)
 
     def hint(self, n: int = 1) -> None:
         """Print hint ``n`` (1, 2, ...); later hints say more."""
         total = len(self.hints)
-        if not isinstance(n, (int, np.integer)) or isinstance(n, bool) or n < 1:
-            print(f"hint(n) takes n = 1 to {total}, got {n!r}.")
+        allowed = total if _MODE.max_hints is None else min(total, _MODE.max_hints)
+        if allowed == 0:
+            print("There are no hints in this assignment (it is graded); check() still says what "
+                  "is wrong with each input.")
             return
-        if n > total:
-            print(f"There are {total} hints for {self.path}; here is the last one. "
-                  f"The full solution: {self.path}.solution()")
-            n = total
+        if not isinstance(n, (int, np.integer)) or isinstance(n, bool) or n < 1:
+            print(f"hint(n) takes n = 1 to {allowed}, got {n!r}.")
+            return
+        if n > allowed:
+            if allowed < total:
+                print(f"This assignment allows hints 1 to {allowed} of {self.path}; here is hint "
+                      f"{allowed}.")
+            elif _MODE.summative:
+                print(f"There are {total} hints for {self.path}; here is the last one.")
+            else:
+                print(f"There are {total} hints for {self.path}; here is the last one. "
+                      f"The full solution: {self.path}.solution()")
+            n = allowed
         print(f"Hint {n} of {total}:")
         print(wrap(self.hints[n - 1]))
-        if n < total:
+        if n < allowed:
             print(f"(More: {self.path}.hint({n + 1}))")
 
     def solution(self) -> None:
-        """Print a reference solution (plain numpy)."""
+        """Print a reference solution (plain numpy); in a graded assignment, say it is off."""
+        if _MODE.summative:
+            print("solution() is switched off in this assignment (it is graded). check() still "
+                  "says what is wrong with each input.")
+            return
         print(self.solution_source())
 
     def solution_source(self) -> str:
@@ -305,6 +466,27 @@ class Exercise:
                 f"{self.task}\n\n`check(fn)` · `hint(1)` … `hint({len(self.hints)})` · "
                 "`solution()`")
 
+    def _stuck(self) -> str:
+        """The closing "Stuck?" line of a failure (none where the assignment allows no hints)."""
+        return "" if _MODE.max_hints == 0 else f"\n  Stuck? {self.path}.hint(1)"
+
+    def library_problem(self, where: str, names: Sequence[str]) -> str:
+        """The feedback for an answer that called the library (no names: switched off the watch)."""
+        if not names:
+            text = ("your function switched off check()'s watch for library calls "
+                    "(sys.setprofile), so check() cannot tell whether it computed the answer itself. "
+                    "Leave the profiler alone.")
+        else:
+            listed = ", ".join(f"`{n}`" for n in names[:2])
+            if len(names) > 2:
+                listed += f" (and {len(names) - 2} more)"
+            text = (f"your function calls the library's own {listed}. This exercise is to compute "
+                    "the answer yourself, in plain numpy: check() does not accept an answer that "
+                    "calls the library code it is compared with, or any of linattn_core's "
+                    "attention code" + (", nor, in a graded assignment, the exercises' own "
+                                        "solutions." if _MODE.summative else "."))
+        return f"Not yet. {where}:\n" + wrap(text) + self._stuck()
+
     # -- running the reader's function --------------------------------------------------------
     def expected(self, case: Case) -> Any:
         """The reference answer, from deep copies of the case's arguments, warnings silenced."""
@@ -316,15 +498,19 @@ class Exercise:
         """Call ``fn`` on deep copies of ``args``: result, exception, numeric warnings, changes."""
         copies = copy.deepcopy(args)
         out = _Call()
+        forbidden = LIBRARY + self.forbidden + (KIT if _MODE.summative else ())
         with warnings.catch_warnings(record=True) as caught, \
                 np.errstate(over="warn", divide="warn", invalid="warn", under="ignore"):
             warnings.simplefilter("always")
-            try:
-                out.result = fn(*copies)
-            except KeyboardInterrupt:
-                raise
-            except BaseException as exc:
-                out.error = exc
+            with _library_calls(forbidden) as library:
+                try:
+                    out.result = fn(*copies)
+                except KeyboardInterrupt:
+                    raise
+                except BaseException as exc:
+                    out.error = exc
+        out.unwatched = bool(library) and library[-1] == "sys.setprofile"
+        out.library = [name for name in library if name != "sys.setprofile"]
         out.warnings = [w for w in caught if issubclass(w.category, RuntimeWarning)]
         out.changed = [name for name, a, c in zip(self.arg_names, args, copies, strict=False)
                        if _changed(a, c)]
@@ -339,8 +525,10 @@ class Exercise:
         expected = [self.expected(case) for case in cases]  # all before fn first runs
         memory = None
         if self._memory_case is not None:
-            mem_case, n = self._memory_case()
-            memory = (mem_case, n, self.expected(mem_case))
+            memory = []
+            for n in MEMORY_LENGTHS:
+                mem_case = self._memory_case(n)
+                memory.append((mem_case, n, self.expected(mem_case)))
         extra = self._extra_check(self) if self._extra_check is not None else None
 
         passed_unbatched = False
@@ -351,7 +539,7 @@ class Exercise:
             passed_unbatched = passed_unbatched or not case.batched
         note = ""
         if memory is not None:
-            problem = self._check_memory(fn, *memory)
+            problem = self._check_memory(fn, memory)
             if problem is not None:
                 return False, problem
             note = " It also never built an N x N matrix."
@@ -385,13 +573,14 @@ class Exercise:
                 if fragment.lower() in compare.safe_str(error, 2000).lower():
                     lines.append(wrap(advice))
                     break
-        lines.append(f"  Stuck? {self.path}.hint(1)")
-        return "\n".join(lines)
+        return "\n".join(lines) + self._stuck()
 
     def _run_case(self, fn: Callable, case: Case, expected: Any, number: int, total: int,
                   passed_unbatched: bool) -> str | None:
         where = f"Input #{number} of {total} ({case.describe(self.arg_names)})"
         run = self.call(fn, case.args)
+        if run.library or (run.unwatched and run.error is None):
+            return self.library_problem(where, run.library)
         if run.error is not None:
             return self._raised(run.error, where, case, passed_unbatched, fn)
         if "phi" in run.changed:
@@ -413,7 +602,7 @@ class Exercise:
         if run.result is None and number == 1:
             return wrap(f"Not yet: {self.fn_name} returns None, so there is nothing to check. "
                         "Write its body in place of the `...` line and end it with "
-                        f"`return`.\nStuck? {self.path}.hint(1)", indent="")
+                        "`return`.", indent="") + self._stuck().replace("\n  ", "\n")
         lines = [f"Not yet. {where}:", wrap(problem)]
         lines += self._diagnose(fn, case, expected, run.result, passed_unbatched)
         if run.warnings:
@@ -422,12 +611,17 @@ class Exercise:
             lines.append("  (Input #1 was right.)")
         elif number > 2:
             lines.append(f"  (Inputs #1 to #{number - 1} were right.)")
-        lines.append(f"  Stuck? {self.path}.hint(1)")
-        return "\n".join(lines)
+        return "\n".join(lines) + self._stuck()
 
     def _diagnose(self, fn: Callable, case: Case, expected: Any, result: Any,
                   passed_unbatched: bool) -> list[str]:
-        """'Likely cause' lines: only what this input can tell apart."""
+        """'Likely cause' lines: only what this input can tell apart.
+
+        A mistake that gives the right answer on this input cannot be what went wrong here, and
+        the right number in the wrong type (a float for an int) is no mistake of formula at all.
+        """
+        if compare.right_number_as_float(result, expected):
+            return []
         matched: list[str] = []
         for mistake in self.mistakes:
             try:
@@ -435,6 +629,8 @@ class Exercise:
                     warnings.simplefilter("ignore")
                     wrong = mistake.fn(*case.fresh_args())
             except Exception:
+                continue
+            if self._same(wrong, expected):
                 continue
             if self._same(result, wrong) and mistake.message not in matched:
                 matched.append(mistake.message)
@@ -486,12 +682,12 @@ class Exercise:
                 return True
         return False
 
-    def _check_memory(self, fn: Callable, case: Case, n: int, expected: Any) -> str | None:
-        quadratic = n * n * 8  # one float64 N x N matrix
-        limit = n * n // 2     # half an N x N matrix of bytes: a bool N x N mask is caught too
-        with _torch_allocations():  # a first call, unmeasured: lazy imports allocate too
-            with contextlib.redirect_stdout(None):
-                self.call(fn, case.args)
+    def _peak(self, fn: Callable, case: Case) -> tuple[_Call, int]:
+        """Run ``fn`` once on ``case``: the call, and its peak allocation in bytes.
+
+        The peak is the larger of numpy's (``tracemalloc``, above what was allocated before) and
+        the largest single torch tensor (a dispatch mode).
+        """
         with _torch_allocations() as torch_largest:
             was_tracing = tracemalloc.is_tracing()
             if not was_tracing:
@@ -499,26 +695,48 @@ class Exercise:
             tracemalloc.reset_peak()
             base, _ = tracemalloc.get_traced_memory()
             try:
-                run = self.call(fn, case.args)  # copies of q, k, v: 0.2 MiB, far below
+                run = self.call(fn, case.args)  # copies of q, k, v: linear in N, far below
                 _, peak = tracemalloc.get_traced_memory()
             finally:
                 if not was_tracing:
                     tracemalloc.stop()
-        where = f"Long input ({case.describe(self.arg_names)})"
-        if run.error is not None:
-            return self._raised(run.error, where, None, False)
-        problem = self._compare(run.result, expected)
-        if problem is not None:
-            return f"Not yet. {where}:\n{wrap(problem)}\n  Stuck? {self.path}.hint(1)"
-        used = max(peak - base, torch_largest[0])
-        if used >= limit:
+        return run, max(peak - base, torch_largest[0])
+
+    def _check_memory(self, fn: Callable, memory: list[tuple[Case, int, Any]]) -> str | None:
+        """Fail ``fn`` if its peak memory grows like N^2 between the two lengths of ``memory``.
+
+        A size threshold alone cannot tell an O(N C) chunked answer (2.3 MiB at N = 2048 for the
+        library's chunked form) from a boolean N x N mask (4 MiB): the growth can. Doubling N
+        doubles the first and quadruples the second.
+        """
+        with _torch_allocations():  # a first call, unmeasured: lazy imports allocate too
+            with contextlib.redirect_stdout(None):
+                self.call(fn, memory[0][0].args)
+        peaks = []
+        for case, n, expected in memory:
+            run, used = self._peak(fn, case)
+            where = f"Long input ({case.describe(self.arg_names)})"
+            if run.library or (run.unwatched and run.error is None):
+                return self.library_problem(where, run.library)
+            if run.error is not None:
+                return self._raised(run.error, where, None, False)
+            problem = self._compare(run.result, expected)
+            if problem is not None:
+                return f"Not yet. {where}:\n{wrap(problem)}{self._stuck()}"
+            peaks.append((n, used))
+        (n1, used1), (n2, used2) = peaks
+        growth, r = used2 / max(used1, 1), n2 / n1
+        # N^2 when the longer length holds at least a quarter of an N x N byte matrix and the peak
+        # grew closer to r^2 (quadratic) than to r (linear)
+        if used2 >= n2 * n2 // 4 and growth > (r + r * r) / 2:
             return "Almost!\n" + wrap(
-                f"The values are right, but on a sequence of N = {n} tokens your function "
-                f"allocated {used / 2**20:.1f} MiB at its peak (numpy arrays, or one torch "
-                f"tensor), the size of an N x N matrix ({quadratic / 2**20:.1f} MiB in float64, "
-                f"{n * n / 2**20:.1f} MiB as booleans). The point of this form is that nothing "
-                "N x N is ever built: aggregate phi(K) and V first (S and z), then query the "
-                "aggregate.")
+                f"The values are right, but your function's memory grows like N^2: at its peak it "
+                f"allocated {used1 / 2**20:.1f} MiB on N = {n1} tokens and {used2 / 2**20:.1f} MiB "
+                f"on N = {n2} ({growth:.1f} times as much for {n2 / n1:g} times the tokens; numpy "
+                f"arrays, or one torch tensor). That is an N x N matrix ({n2 * n2 * 8 / 2**20:.1f} "
+                f"MiB in float64, {n2 * n2 / 2**20:.1f} MiB as booleans at N = {n2}). The point of "
+                "this form is that nothing N x N is ever built: aggregate phi(K) and V first (S "
+                "and z), then query the aggregate.")
         return None
 
 

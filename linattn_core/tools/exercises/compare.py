@@ -243,24 +243,53 @@ def same_triple(a: Any, b: Any) -> bool:
     return all(same_array(x, y) for x, y in zip(a, b, strict=True))
 
 
+def read_number(got: Any, expected: str) -> tuple[int | float | None, str | None]:
+    """The reader's number as a Python ``int`` or ``float``, or ``(None, why it is not one)``.
+
+    The one reading every number exercise uses, so that an answer gets the same verdict whatever
+    spelling of a number it comes in: Python ints and floats, numpy integer and float scalars and
+    0-d numpy arrays of them. Integer types give an ``int``, float types a ``float``; a bool, an
+    array with axes, a tensor or anything else is refused, ``expected`` saying what was wanted.
+    """
+    if got is None:
+        return None, "your function returned None"
+    if is_generator(got):
+        return None, GENERATOR
+    if isinstance(got, (bool, np.bool_)):
+        return None, f"your function returned a bool ({got}), expected {expected}"
+    if isinstance(got, np.ndarray):
+        if got.ndim == 0 and got.dtype.kind in "iuf":
+            got = got[()]
+        else:
+            text = (f"your function returned a numpy array of shape {tuple(got.shape)} (dtype "
+                    f"{got.dtype}), expected {expected}")
+            if got.size == 1 and got.dtype.kind in "iuf":
+                text += ": `x.item()` is the number in a one-element array"
+            return None, text
+    if isinstance(got, (int, np.integer)):
+        return int(got), None
+    if isinstance(got, (float, np.floating)):
+        return float(got), None
+    return None, f"your function returned a {type_name(got)}, expected {expected}"
+
+
+def _as_float(value: int | float) -> float:
+    """A number as a float (an int too large for one as inf)."""
+    if isinstance(value, int) and abs(value).bit_length() >= 1000:
+        return math.inf if value > 0 else -math.inf
+    return float(value)
+
+
 def compare_int(got: Any, expected: int, unit: str = "bytes") -> str | None:
     """None if ``got`` is the int ``expected``, else what is wrong (``unit``: what is counted)."""
-    if got is None:
-        return "your function returned None"
-    if is_generator(got):
-        return GENERATOR
-    if isinstance(got, (bool, np.bool_)):
-        return f"your function returned a bool ({got}), expected an int number of {unit}"
-    if isinstance(got, (float, np.floating)):
-        value = float(got)
+    value, problem = read_number(got, f"an int number of {unit}")
+    if problem:
+        return problem
+    if isinstance(value, float):
         if math.isfinite(value) and value == expected:
             return (f"right number ({value!r}) but a float: return an int "
                     "(use integer arithmetic: `*` and `//`, not `/`; or wrap it in int(...))")
         return f"expected {expected:,} {unit} (an int), got the float {value!r}"
-    if not isinstance(got, (int, np.integer)):
-        return (f"your function returned a {type_name(got)}, expected an int number of {unit} "
-                "(a Python int: int(...))")
-    value = int(got)
     if value == expected:
         return None
     if value < 0:
@@ -272,6 +301,12 @@ def compare_int(got: Any, expected: int, unit: str = "bytes") -> str | None:
     return text
 
 
+def right_number_as_float(got: Any, expected: Any) -> bool:
+    """Whether ``got`` is the expected int in a float type: a problem of type, not of formula."""
+    value, _ = read_number(got, "")
+    return isinstance(value, float) and isinstance(expected, int) and value == expected
+
+
 def _int_text(value: int) -> str:
     """An int with thousands separators; a huge one by its size (str() refuses 4300+ digits)."""
     if abs(value).bit_length() <= 200:
@@ -280,26 +315,22 @@ def _int_text(value: int) -> str:
 
 
 def same_int(a: Any, b: Any) -> bool:
-    try:
-        return isinstance(a, (int, float, np.integer, np.floating)) \
-            and not isinstance(a, (bool, np.bool_)) and float(a) == float(b)
-    except (TypeError, ValueError, OverflowError):
+    """Whether two answers are the same number (read as :func:`read_number` reads them)."""
+    va, _ = read_number(a, "")
+    vb, _ = read_number(b, "")
+    if va is None or vb is None:
         return False
+    if isinstance(va, int) and isinstance(vb, int):
+        return va == vb
+    return _as_float(va) == _as_float(vb)
 
 
 def compare_number(got: Any, expected: float) -> str | None:
     """A real number (int or float, numpy scalars included) equal to ``expected`` to rounding."""
-    if got is None:
-        return "your function returned None"
-    if is_generator(got):
-        return GENERATOR
-    if isinstance(got, (bool, np.bool_)):
-        return f"your function returned a bool ({got}), expected a number"
-    if isinstance(got, np.ndarray) and got.ndim == 0 and got.dtype.kind in "iuf":
-        got = got[()]
-    if not isinstance(got, (int, float, np.integer, np.floating)):
-        return f"your function returned a {type_name(got)}, expected a number (a float)"
-    value = float(got) if not isinstance(got, int) or abs(got).bit_length() < 1000 else math.inf
+    value, problem = read_number(got, "a number (a float)")
+    if problem:
+        return problem
+    value = _as_float(value)
     if math.isfinite(value) and math.isclose(value, expected, rel_tol=RTOL, abs_tol=ATOL):
         return None
     text = f"expected {expected:.10g}, got {value:.10g}"
@@ -309,9 +340,9 @@ def compare_number(got: Any, expected: float) -> str | None:
 
 
 def same_number(a: Any, b: Any) -> bool:
-    try:
-        return isinstance(a, (int, float, np.integer, np.floating)) \
-            and not isinstance(a, (bool, np.bool_)) \
-            and math.isclose(float(a), float(b), rel_tol=RTOL, abs_tol=ATOL)
-    except (TypeError, ValueError, OverflowError):
+    """Whether two answers are the same number to rounding (read as :func:`read_number` reads them)."""
+    va, _ = read_number(a, "")
+    vb, _ = read_number(b, "")
+    if va is None or vb is None:
         return False
+    return math.isclose(_as_float(va), _as_float(vb), rel_tol=RTOL, abs_tol=ATOL)

@@ -1,4 +1,5 @@
-"""Exercises of the feature-maps chapter: ``elu_plus_one`` and ``performer_features``."""
+"""Exercises of the two feature-map chapters: ``elu_plus_one`` (feature_maps.md) and
+``performer_features`` (feature_maps_random.md)."""
 
 from __future__ import annotations
 
@@ -21,6 +22,25 @@ def _ref_elu_plus_one(x):
     from linattn_core import get_feature_map
 
     return get_feature_map("elu+1")(x)
+
+
+def _library_elu_plus_one(x):
+    import linattn_core as la  # the shortcut check() refuses: the library's own map
+
+    return la.get_feature_map("elu+1")(x)
+
+
+def _library_performer_features(x, projection):
+    from linattn_core import Performer
+
+    m, d = projection.shape
+    phi = Performer(d, m, stabilize=False)
+    phi.projection = projection
+    return phi(x)
+
+
+# the feature maps these exercises write are the library's own: calling them is not writing them
+_FEATURE_MAPS = ("linattn_core.feature_maps",)
 
 
 def _cases_elu_plus_one() -> list:
@@ -77,6 +97,8 @@ elu_plus_one = Exercise(
                 "positive feature map; this one is elu(x) + 1."),
     ],
     forbid_warnings=True,
+    forbidden=_FEATURE_MAPS,
+    library_answer=_library_elu_plus_one,
     difficulty=1,
     minutes=10,
     success="np.where computes both branches: guarding the discarded one is a habit worth "
@@ -133,7 +155,7 @@ performer_features = Exercise(
     name="performer_features",
     path="exercises.feature_maps.performer_features",
     fn_name="performer_features",
-    chapter="feature_maps",
+    chapter="feature_maps_random",
     title="Positive random features (Performer / FAVOR+)",
     task="""
         Write `performer_features(x, projection)` for x: (..., N, d) and a projection matrix W of
@@ -189,6 +211,8 @@ performer_features = Exercise(
     ],
     exception_hints=[("matmul", "The projection W has shape (m, d): use x' @ projection.T to get "
                                "(..., N, m).")],
+    forbidden=_FEATURE_MAPS,
+    library_answer=_library_performer_features,
     difficulty=2,
     minutes=15,
     success="Every feature is positive, so the denominators of linear attention never cancel to "

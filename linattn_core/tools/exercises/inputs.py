@@ -58,6 +58,12 @@ def relu_phi() -> Phi:
     return Phi(get_feature_map("relu"), "relu")
 
 
+def identity_phi() -> Phi:
+    from linattn_core import get_feature_map
+
+    return Phi(get_feature_map("identity"), "identity (signed features)")
+
+
 def performer_phi(d: int, m: int, seed: int) -> Phi:
     from linattn_core import get_feature_map
 
@@ -127,8 +133,44 @@ def zero_denominator_qkv(rng: np.random.Generator, n: int, d: int = 4, d_v: int 
     return q, k, v
 
 
+def signed_qkv(rng: np.random.Generator, n: int, d: int = 4, d_v: int = 3):
+    """Inputs on which the identity map gives negative denominators, none of them near the clamp.
+
+    The sign of each query is chosen so that phi(q_t) . z_t (the causal denominator, z_t the sum of
+    keys 0..t) alternates, positive at even t and negative at odd t; the last query's causal
+    denominator is also its non-causal one. Every |phi(q_t) . z_t| is at least 0.1, so an answer
+    that clamps |den| instead of den is far from the right one, and rounding cannot move a
+    denominator across the clamp.
+    """
+    while True:
+        q, k, v = qkv(rng, n, n, d=d, d_v=d_v)
+        z = np.cumsum(k, axis=-2)                              # z_t: (n, d)
+        den = np.einsum("nd,nd->n", q, z)
+        want = np.where(np.arange(n) % 2 == 0, 1.0, -1.0)
+        q = q * np.where(np.sign(den) == want, 1.0, -1.0)[:, None]
+        total = q @ z[-1]                                      # the non-causal denominators
+        if np.abs(den).min() >= 0.1 and np.abs(total).min() >= 0.1:
+            return q, k, v
+
+
+def signed_step(rng: np.random.Generator, n: int, d: int = 4, d_v: int = 3, g: float = 1.0):
+    """A state after ``n`` identity-feature tokens (decayed by ``g``) and a token whose denominator
+    phi(q_t) . z_new is negative, at most -0.1 (so clamping |den| is far from clamping den).
+
+    Returns (S, z, q_t, k_t, v_t): S (d, d_v), z (d,), q_t, k_t (d,), v_t (d_v,).
+    """
+    S, z = np.zeros((d, d_v)), np.zeros(d)
+    for k, v in zip(rng.standard_normal((n, d)), rng.standard_normal((n, d_v)), strict=True):
+        S, z = g * S + np.outer(k, v), g * z + k
+    while True:
+        q_t, k_t, v_t = rng.standard_normal(d), rng.standard_normal(d), rng.standard_normal(d_v)
+        den = float(q_t @ (g * z + k_t))
+        if abs(den) >= 0.1:
+            return S, z, (q_t if den < 0 else -q_t), k_t, v_t
+
+
 def attention_cases(seed: int, *, cross: bool = True, performer: bool = True,
-                    with_phi: bool = True) -> list[Case]:
+                    with_phi: bool = True, signed: bool = True) -> list[Case]:
     """The standard inputs of the attention exercises (d = 4, d_v = 3 so that d != d_v)."""
     rng = np.random.default_rng(seed)
 
@@ -152,4 +194,7 @@ def attention_cases(seed: int, *, cross: bool = True, performer: bool = True,
     if with_phi:
         cases.append(Case("relu features, denominators 0 and below eps",
                           (*zero_denominator_qkv(rng, 5), relu_phi())))
+    if with_phi and signed:
+        cases.append(Case("identity features, negative denominators",
+                          (*signed_qkv(rng, 6), identity_phi())))
     return cases

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._numpy import causal_mask, softmax_rows, t
+from ._numpy import FLOAT_COUNT, causal_mask, float32_count, float64_count, softmax_rows, t
 from .checker import Exercise, Mistake
 from .inputs import Case, attention_cases, qkv
 
@@ -23,6 +23,12 @@ def _solution_attention(q, k, v):
 
 def _ref_attention(q, k, v):
     from linattn_core import softmax_attention
+
+    return softmax_attention(q, k, v)
+
+
+def _library_attention(q, k, v):
+    from linattn_core import softmax_attention  # the shortcut check() refuses
 
     return softmax_attention(q, k, v)
 
@@ -131,6 +137,7 @@ attention = Exercise(
         "unchanged because the constant cancels between numerator and denominator.",
     ],
     mistakes=_attention_mistakes(),
+    library_answer=_library_attention,
     exception_hints=[
         ("matmul", "Check the shapes in each product: q @ k needs k transposed over its last two "
                    "axes, (..., d, N_k)."),
@@ -160,6 +167,8 @@ def _cases_score_matrix_bytes() -> list:
         Case("N = 1024, batch 1 x 12 heads, float32", (1024, 12, 4)),
         Case("N = 4096, batch 8 x 32 heads, bfloat16", (4096, 256, 2)),
         Case("N = 131072, batch 1 x 64 heads, float16 (over 2**31 bytes)", (131072, 64, 2)),
+        Case("N = 1,000,003, 16,383 (batch x heads) pairs, float16 (over 2**54 bytes: only "
+             "integer arithmetic is exact)", (1_000_003, 16_383, 2)),
     ]
 
 
@@ -177,7 +186,8 @@ score_matrix_bytes = Exercise(
         Write `score_matrix_bytes(N, batch_heads, itemsize)` returning, as an int, the number of
         bytes needed to hold the attention score matrices of one layer: one N x N matrix for each
         of the `batch_heads` (batch x heads) pairs, `itemsize` bytes per entry (4 for float32, 2 for
-        float16/bfloat16). check() tries N from 1 to 131072.
+        float16/bfloat16). check() tries N from 1 to 1,000,003, up to counts that only exact
+        integer arithmetic gets right.
     """,
     arg_names=("N", "batch_heads", "itemsize"),
     cases=_cases_score_matrix_bytes,
@@ -205,6 +215,8 @@ score_matrix_bytes = Exercise(
                 "(the masked entries are set to -inf, not skipped)."),
         Mistake(lambda N, b, i: 2 * N * N * b * i,
                 "you counted two matrices (scores and weights) per head; count one."),
+        Mistake(lambda N, b, i: float32_count(N, N, b, i), FLOAT_COUNT),
+        Mistake(lambda N, b, i: float64_count(N, N, b, i), FLOAT_COUNT),
         Mistake(lambda N, b, i: _int32(N * N * b * i),
                 "integer overflow: your arithmetic wrapped around at 2**31, which happens with "
                 "numpy int32 values. Use Python ints (int(N) * ...)."),

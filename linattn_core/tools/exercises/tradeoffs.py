@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ._numpy import FLOAT_COUNT, float32_count, float64_count
 from .checker import Exercise, Mistake
 from .inputs import BATCH, EPS, Case
 
@@ -19,6 +20,12 @@ def _solution_clamped_normalize(num, den, eps):
 
 def _ref_clamped_normalize(num, den, eps):
     return num / np.maximum(den, eps)[..., None]
+
+
+def _library_clamped_normalize(num, den, eps):
+    from linattn_core.attention import normalized  # the shortcut check() refuses: the library's clamp
+
+    return normalized(num, den, eps)
 
 
 def _cases_clamped_normalize() -> list:
@@ -80,6 +87,7 @@ clamped_normalize = Exercise(
     ],
     exception_hints=[("broadcast", "den has shape (..., N) and num (..., N, d_v): add an axis, "
                                    "den[..., None].")],
+    library_answer=_library_clamped_normalize,
     difficulty=1,
     minutes=10,
     success="max(den, eps) leaves every healthy row bit-for-bit unchanged: that is why the "
@@ -103,6 +111,8 @@ def _cases_kv_cache_bytes() -> list:
         Case("empty cache (t = 0)", (0, 64, 64, 2)),
         Case("4096 tokens, d = d_v = 128, bfloat16", (4096, 128, 128, 2)),
         Case("a million tokens, d = 128, d_v = 256, float32", (10**6, 128, 256, 4)),
+        Case("t = 2**45 + 1 tokens, d = 129, d_v = 130, 1-byte numbers (over 2**53 bytes: only "
+             "integer arithmetic is exact)", (2**45 + 1, 129, 130, 1)),
     ]
 
 
@@ -115,7 +125,8 @@ kv_cache_bytes = Exercise(
     task="""
         Write `kv_cache_bytes(t, d, d_v, itemsize)` returning, as an int, the bytes that the KV
         cache of one attention head holds after t tokens: every key (d numbers) and every value
-        (d_v numbers), itemsize bytes each. check() uses d != d_v, t = 0 and t = 10**6.
+        (d_v numbers), itemsize bytes each. check() uses d != d_v, t = 0, t = 10**6 and a count
+        so large that only exact integer arithmetic gets it right.
     """,
     arg_names=("t", "d", "d_v", "itemsize"),
     cases=_cases_kv_cache_bytes,
@@ -139,6 +150,8 @@ kv_cache_bytes = Exercise(
         Mistake(lambda t, d, dv, i: t * (d + dv),
                 "you counted entries, not bytes: multiply by itemsize."),
         Mistake(lambda t, d, dv, i: t * (d + dv) * i * 8, "you counted bits; return bytes."),
+        Mistake(lambda t, d, dv, i: float32_count(t, d + dv, i), FLOAT_COUNT),
+        Mistake(lambda t, d, dv, i: float64_count(t, d + dv, i), FLOAT_COUNT),
         Mistake(lambda t, d, dv, i: (t + 1) * (d + dv) * i, "off by one: after t tokens the cache "
                 "holds t of them."),
         Mistake(lambda t, d, dv, i: t * t * (d + dv) * i,

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from ._numpy import ABS_CLAMP, FLOAT_COUNT, clamp, float32_count, float64_count
 from .checker import Exercise, Mistake
-from .inputs import EPS, Case, elu_phi, performer_phi, relu_phi
+from .inputs import Case, elu_phi, identity_phi, performer_phi, relu_phi, signed_step
 
 __all__ = ["decay_step", "model_state_bytes"]
 
@@ -51,7 +52,13 @@ def _cases_decay_step() -> list:
     def token(d, d_v):
         return rng.standard_normal(d), rng.standard_normal(d), rng.standard_normal(d_v)
 
-    elu, relu, perf = elu_phi(), relu_phi(), performer_phi(4, 6, 1502)
+    elu, relu, perf, ident = elu_phi(), relu_phi(), performer_phi(4, 6, 1502), identity_phi()
+    empty = (np.zeros((4, 3)), np.zeros(4))
+    q_0, k_0, v_0 = token(4, 3)
+    k_0 = -np.abs(k_0) - 0.1                      # relu(k_0) = 0: z_new = 0, the denominator is 0
+    q_s, k_s, v_s = token(4, 3)
+    q_s = np.where(np.arange(4) == 0, 1e-3, -1.0)  # relu(q_s) . relu(k_s) = 1e-3 * 1e-4 < 1e-6
+    k_s = np.where(np.arange(4) == 0, 1e-4, -1.0)
     return [
         Case("first token: S = 0, z = 0, g = 0.9", (np.zeros((4, 3)), np.zeros(4), *token(4, 3), 0.9, elu)),
         Case("after 5 tokens, g = 0.5", (*state_after(5, 4, 3, elu, 0.5), *token(4, 3), 0.5, elu)),
@@ -61,19 +68,33 @@ def _cases_decay_step() -> list:
         Case("relu features, g = 0.8", (*state_after(4, 4, 3, relu, 0.8), *token(4, 3), 0.8, relu)),
         Case("a feature map with d_phi != d, g = 0.7",
              (*state_after(4, 4, 3, perf, 0.7), *token(4, 3), 0.7, perf)),
+        Case("relu features, z_new = 0 (denominator 0), g = 0.6", (*empty, q_0, k_0, v_0, 0.6, relu)),
+        Case("relu features, a denominator between 0 and 1e-6, g = 0.6",
+             (*empty, q_s, k_s, v_s, 0.6, relu)),
+        Case("identity features, a negative denominator, g = 0.9",
+             (*signed_step(rng, 5, g=0.9), 0.9, ident)),
     ]
 
 
 def _decay_variant(S, z, q_t, k_t, v_t, g, phi, *, decay_z=True, decay_new=False, query_first=False,
-                   normalize=True, g_power=1.0):
+                   normalize=True, g_power=1.0, eps=1e-6, absolute=False):
     fq, fk = phi(q_t[None])[0], phi(k_t[None])[0]
     gg = g**g_power
     S_new = gg * (S + np.outer(fk, v_t)) if decay_new else gg * S + np.outer(fk, v_t)
     z_new = (gg * (z + fk) if decay_new else gg * z + fk) if decay_z else z + fk
     S_q, z_q = ((gg * S, gg * z) if query_first else (S_new, z_new))
     num = fq @ S_q
-    y = num / max(float(fq @ z_q), EPS) if normalize else num
+    y = num / clamp(float(fq @ z_q), eps, absolute) if normalize else num
     return S_new, z_new, y
+
+
+def _library_decay_step(S, z, q_t, k_t, v_t, g, phi):
+    import linattn_core as la  # the shortcut check() refuses: the library's state
+
+    state = la.LinearAttentionState(q_t.shape[-1], v_t.shape[-1], phi)
+    state.S, state.z = g * S, g * z
+    y_t = state.step(q_t, k_t, v_t)
+    return state.S, state.z, y_t
 
 
 decay_step = Exercise(
@@ -88,7 +109,9 @@ decay_step = Exercise(
         (S_new, z_new, y_t): S_new = g S + phi(k_t) v_t^T, z_new = g z + phi(k_t),
         y_t = phi(q_t)^T S_new / max(phi(q_t) . z_new, 1e-6). phi takes (N, d) arrays. check()
         compares with the library's LinearAttentionState decayed the same way, with g = 1,
-        d != d_v, relu features and a Performer map with d_phi != d.
+        d != d_v, relu features, a Performer map with d_phi != d, and denominators that are 0,
+        between 0 and 1e-6, and negative (identity features). An answer that uses the library's
+        state does not pass.
     """,
     arg_names=("S", "z", "q_t", "k_t", "v_t", "g", "phi"),
     cases=_cases_decay_step,
@@ -115,7 +138,12 @@ decay_step = Exercise(
                 "you returned the numerator phi(q)^T S without dividing by max(phi(q) . z, eps)."),
         Mistake(lambda *a: _decay_variant(*a, g_power=2.0),
                 "you applied g twice (g**2); each step multiplies the past by g once."),
+        Mistake(lambda *a: _decay_variant(*a, eps=None),
+                "you did not clamp the denominator: with relu features phi(q_t) . z_new can be 0 "
+                "(0/0 = NaN) or tiny (a huge output). Divide by max(phi(q_t) . z_new, 1e-6)."),
+        Mistake(lambda *a: _decay_variant(*a, absolute=True), ABS_CLAMP),
     ],
+    library_answer=_library_decay_step,
     difficulty=1,
     minutes=10,
     success="A constant-size state per head: this step costs the same at token 10 and at token "
@@ -141,12 +169,21 @@ def _ref_model_state_bytes(n_layer, n_head, d_phi, d_v, itemsize):
 
 
 def _cases_model_state_bytes() -> list:
+    # the first two cases tell every typical mistake apart from every other (a fixed itemsize 4
+    # fails the first, a fixed 8 the second; n_head != itemsize in both)
     return [
-        Case("this chapter's models: 2 layers, 4 heads, d_phi = d_v = 16, float32", (2, 4, 16, 16, 4)),
+        Case("3 layers, 5 heads, d_phi = 5, d_v = 7, float64", (3, 5, 5, 7, 8)),
+        Case("2 layers, 4 heads, d_phi = d_v = 16 (width 64), float32", (2, 4, 16, 16, 4)),
         Case("one layer, one head, d_phi = d_v = 1, float64", (1, 1, 1, 1, 8)),
         Case("12 layers, 12 heads, d_phi = 256 (Performer), d_v = 64, float32", (12, 12, 256, 64, 4)),
         Case("6 layers, 8 heads, d_phi = 64, d_v = 128, 2-byte numbers", (6, 8, 64, 128, 2)),
+        Case("1,000,003 layers, 3,001 heads, d_phi = 4,099, d_v = 1,024, 2-byte numbers (over "
+             "2**54 bytes: only integer arithmetic is exact)", (1_000_003, 3_001, 4_099, 1_024, 2)),
     ]
+
+
+_FIXED_ITEMSIZE = ("you used a fixed number of bytes per number instead of the itemsize argument "
+                   "(4 for float32, 8 for float64, 2 for float16): multiply by itemsize.")
 
 
 model_state_bytes = Exercise(
@@ -157,10 +194,15 @@ model_state_bytes = Exercise(
     title="How much memory does a linear-attention model keep per sequence?",
     task="""
         Write `model_state_bytes(n_layer, n_head, d_phi, d_v, itemsize)` returning, as an int, the
-        bytes of the states that a linear-attention model with n_layer layers of n_head heads keeps
-        for one sequence while it generates: per head S (d_phi x d_v) and z (d_phi), itemsize bytes
-        per number. It does not depend on the context length. check() tries d_phi != d_v, one
-        head of one number and a Performer-sized d_phi.
+        bytes of the states that a linear-attention model keeps for one sequence while it
+        generates. The model has n_layer layers, each a linear-attention layer with the
+        normaliser z and n_head heads; a head has values of width d_v (the model width is
+        n_embd = n_head * d_v) and a feature map of width d_phi. Each layer keeps one state for
+        all its heads: per head S (d_phi x d_v) and z (d_phi), itemsize bytes per number (4 for
+        float32, the dtype in which the training chapter's models keep their states). It does not
+        depend on the context length. check() tries d_phi != d_v, float64, float32 and 2-byte
+        numbers, one head of one number, a Performer-sized d_phi and a count so large that only
+        exact integer arithmetic gets it right.
     """,
     arg_names=("n_layer", "n_head", "d_phi", "d_v", "itemsize"),
     cases=_cases_model_state_bytes,
@@ -183,6 +225,11 @@ model_state_bytes = Exercise(
         Mistake(lambda L, H, f, dv, i: L * H * f * (dv + 1) * i * 8, "you counted bits; return bytes."),
         Mistake(lambda L, H, f, dv, i: L * H * (f * f + f) * i,
                 "you used d_phi x d_phi for S; S is d_phi x d_v (a feature per row, a value per column)."),
+        Mistake(lambda L, H, f, dv, i: L * H * f * (dv + 1) * 4, _FIXED_ITEMSIZE),
+        Mistake(lambda L, H, f, dv, i: L * H * f * (dv + 1) * 8, _FIXED_ITEMSIZE),
+        Mistake(lambda L, H, f, dv, i: L * H * f * (dv + 1) * 2, _FIXED_ITEMSIZE),
+        Mistake(lambda L, H, f, dv, i: float32_count(L, H, f, dv + 1, i), FLOAT_COUNT),
+        Mistake(lambda L, H, f, dv, i: float64_count(L, H, f, dv + 1, i), FLOAT_COUNT),
     ],
     difficulty=1,
     minutes=5,
