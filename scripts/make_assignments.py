@@ -1,23 +1,35 @@
-"""Write an nbgrader course of the book's auto-checked exercises: one assignment per chapter.
+"""Write an nbgrader course of the book's exercises: one assignment per chapter.
 
 The graded cells call the same ``check()`` the chapters call, so a learner's grade and the feedback
 in the book can never disagree; the solution cells are the exercises' own reference solutions,
 between nbgrader's ``### BEGIN SOLUTION`` / ``### END SOLUTION`` markers (the released notebook
-gets ``raise NotImplementedError()`` there instead).
+gets ``raise NotImplementedError()`` there instead). Each auto-checked exercise is worth its
+difficulty in points (one per star). Each open exercise (``exercises.OPEN``) comes with its
+statement, read from the chapter, its rubric and an answer cell graded by hand for the rubric's
+points.
 
     python scripts/make_assignments.py                    # into _build/assignments/
     python scripts/make_assignments.py --out DIR causal   # only some chapters
     python scripts/make_assignments.py --release          # and nbgrader's release/ (make assignments)
+    python scripts/make_assignments.py --summative --hints 1   # graded work: no solution(), 1 hint
+
+``--summative`` writes notebooks whose first cell calls ``exercises.summative(max_hints=N)``:
+``solution()`` is off, ``hint(n)`` answers only ``n <= N`` (``--hints``, default 0: none), and
+``check()`` also refuses the kit's own solutions. ``make assignments ASSIGNMENTS="--summative
+--hints 1"`` passes the options through make (the variable ``ASSIGNMENTS`` is read as extra options).
 
 Then, in the output folder (nbgrader reads its nbgrader_config.py): ``nbgrader generate_assignment
 causal``, collect the learners' notebooks into ``submitted/<learner>/causal/``, ``nbgrader
-autograde causal``, ``nbgrader export``. Generated files only: nothing here is committed.
+autograde causal``, grade the open answers in formgrader, ``nbgrader export``. Generated files
+only: nothing here is committed.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import re
+import shlex
 import subprocess
 import sys
 import textwrap
@@ -44,10 +56,24 @@ c.ExecutePreprocessor.timeout = 300
 
 
 def _meta(kind: str, grade_id: str, points: int = 0) -> dict:
-    """nbgrader's cell metadata: a read-only cell, a solution cell or a graded test cell."""
-    return {"nbgrader": {"grade": kind == "test", "grade_id": grade_id, "locked": kind != "solution",
-                         "points": points, "schema_version": 3, "solution": kind == "solution",
+    """nbgrader's cell metadata: a read-only cell, a solution cell, a graded test cell, or an
+    answer cell graded by hand (``"manual"``)."""
+    return {"nbgrader": {"grade": kind in ("test", "manual"), "grade_id": grade_id,
+                         "locked": kind not in ("solution", "manual"), "points": points,
+                         "schema_version": 3, "solution": kind in ("solution", "manual"),
                          "task": False}}
+
+
+def book_order() -> list[str]:
+    """The chapter files in the book's order (from _toc.yml)."""
+    toc = (ROOT / "_toc.yml").read_text(encoding="utf-8")
+    return re.findall(r"file:\s*book/([\w-]+)", toc)
+
+
+def _ordered(groups: dict[str, list]) -> dict[str, list]:
+    order = book_order()
+    rank = {chapter: i for i, chapter in enumerate(order)}
+    return dict(sorted(groups.items(), key=lambda item: rank.get(item[0], len(order))))
 
 
 def chapters() -> dict[str, list[exercises.Exercise]]:
@@ -55,7 +81,43 @@ def chapters() -> dict[str, list[exercises.Exercise]]:
     out: dict[str, list[exercises.Exercise]] = {}
     for ex in exercises.EXERCISES.values():
         out.setdefault(ex.chapter, []).append(ex)
-    return out
+    return _ordered(out)
+
+
+def open_chapters() -> dict[str, list[exercises.OpenExercise]]:
+    """The open exercises (graded by hand) grouped by chapter, in the book's order."""
+    out: dict[str, list[exercises.OpenExercise]] = {}
+    for ex in exercises.OPEN.values():
+        out.setdefault(ex.chapter, []).append(ex)
+    return _ordered(out)
+
+
+def all_chapters() -> list[str]:
+    """Every chapter with an exercise of either kind, in the book's order."""
+    return list(_ordered({c: [] for c in [*chapters(), *open_chapters()]}))
+
+
+_ROLES = [
+    (re.compile(r"\{(?:ref|doc|numref)\}`([^<`]+?)\s*<[^>`]+>`"), r"\1"),   # {ref}`text <label>`
+    (re.compile(r"\{eq\}`([^`]+)`"), r"equation `\1` of the chapter"),
+    (re.compile(r"\{ref\}`([^`]+)`"), r"the chapter's section `\1`"),
+    (re.compile(r"\{doc\}`([^`]+)`"), r"the chapter `\1`"),
+]
+
+
+def statement(ex: exercises.OpenExercise) -> str:
+    """The open exercise's statement as its chapter states it, with MyST roles spelt out."""
+    path = ROOT / "book" / f"{ex.chapter}.md"
+    text = path.read_text(encoding="utf-8")
+    m = re.search(r"```\{exercise\}[^\n]*\n:label: " + re.escape(ex.label) + r"\n(.*?)\n```",
+                  text, flags=re.S)
+    if m is None:
+        raise ValueError(f"{path} has no exercise labelled {ex.label}: update "
+                         "linattn_core/tools/exercises/open.py")
+    body = m.group(1).strip()
+    for pattern, replacement in _ROLES:
+        body = pattern.sub(replacement, body)
+    return body
 
 
 def solution_cell(ex: exercises.Exercise) -> str:
@@ -70,47 +132,105 @@ def test_cell(ex: exercises.Exercise) -> str:
             f"assert {ex.path}.check({ex.fn_name})")
 
 
-def notebook(chapter: str, items: list[exercises.Exercise]) -> nbformat.NotebookNode:
+def _points(n: int) -> str:
+    return f"{n} point{'s' if n != 1 else ''}"
+
+
+def _intro(chapter: str, items: list, open_items: list, summative: bool, max_hints: int) -> str:
+    total = sum(ex.difficulty for ex in items) + sum(ex.points for ex in open_items)
+    text = f"# Exercises of the chapter `{chapter}` ({_points(total)})\n\n"
+    if items:
+        text += ("Write each function where it says `# YOUR CODE HERE`, then run the cell below it: "
+                 "it prints the same feedback as the book's `check()`. An exercise is worth one "
+                 "point per star when `check()` passes. Compute each answer yourself: `check()` "
+                 "refuses an answer that calls the library's attention code. ")
+    if open_items:
+        text += ("The open exercises are graded by hand, against the rubric shown with each; "
+                 "write your answer, with your own numbers, in the cell below it. ")
+    if summative and items:
+        hints = ("no hints" if max_hints == 0 else "hint 1 of each exercise only" if max_hints == 1
+                 else f"hints 1 to {max_hints} of each exercise (`hint(n)`)")
+        text = text.rstrip() + (
+            f"\n\n**This is graded work.** `solution()` is switched off and there are {hints}; "
+            "`check()` still says what is wrong with each input, and also refuses answers that "
+            "call the exercises' own solutions.")
+    elif summative:
+        text = text.rstrip() + "\n\n**This is graded work.**"
+    elif items:
+        text += (f"`hint(n)` and `solution()` work here too, e.g. `{items[0].path}.hint(1)`.")
+    return text.rstrip()
+
+
+def _setup(summative: bool, max_hints: int) -> str:
+    source = setup_cell_source() + "\n\nimport numpy as np\n\nfrom linattn_core.tools import exercises"
+    if summative:
+        source += f"\n\nexercises.summative(max_hints={max_hints})  # graded work: no solution()"
+    return source
+
+
+def notebook(chapter: str, items: list[exercises.Exercise],
+             open_items: list[exercises.OpenExercise] = (), *, summative: bool = False,
+             max_hints: int = 0) -> nbformat.NotebookNode:
+    """One chapter's assignment: its auto-checked exercises, then its open ones."""
     nb = nbformat.v4.new_notebook()
     nb.metadata.update({"kernelspec": {"name": "python3", "display_name": "Python 3",
                                        "language": "python"}})
-    head = (f"# Exercises of the chapter `{chapter}`\n\nWrite each function where it says "
-            "`# YOUR CODE HERE`, then run the cell below it: it prints the same feedback as "
-            "the book's `check()` and counts one point when it passes. `hint(n)` works here "
-            f"too, e.g. `{items[0].path}.hint(1)`.")
-    cells = [nbformat.v4.new_markdown_cell(head, metadata=_meta("read", f"{chapter}_intro")),
-             nbformat.v4.new_code_cell(setup_cell_source() + "\n\nimport numpy as np\n\n"
-                                       "from linattn_core.tools import exercises",
+    cells = [nbformat.v4.new_markdown_cell(_intro(chapter, items, list(open_items), summative,
+                                                  max_hints),
+                                           metadata=_meta("read", f"{chapter}_intro")),
+             nbformat.v4.new_code_cell(_setup(summative, max_hints),
                                        metadata=_meta("read", f"{chapter}_setup"))]
     for ex in items:
         stars = "★" * ex.difficulty
-        task = f"## {ex.title} ({stars}, about {ex.minutes} min)\n\n{ex.task}"
+        task = (f"## {ex.title} ({stars}, about {ex.minutes} min, {_points(ex.difficulty)})\n\n"
+                f"{ex.task}")
         cells += [nbformat.v4.new_markdown_cell(task, metadata=_meta("read", f"{ex.name}_task")),
                   nbformat.v4.new_code_cell(solution_cell(ex), metadata=_meta("solution", ex.name)),
-                  nbformat.v4.new_code_cell(test_cell(ex),
-                                            metadata=_meta("test", f"check_{ex.name}", points=1))]
+                  nbformat.v4.new_code_cell(test_cell(ex), metadata=_meta(
+                      "test", f"check_{ex.name}", points=ex.difficulty))]
+    for ex in open_items:
+        stars = "★" * ex.difficulty
+        task = (f"## {ex.title} ({stars}, about {ex.minutes} min, {_points(ex.points)}, graded by "
+                f"hand)\n\n{statement(ex)}\n\nWork in the chapter's notebook, then answer in the "
+                f"cell below, with your numbers.\n\n**Rubric** ({_points(ex.points)}):\n\n"
+                f"{ex.rubric_markdown()}")
+        answer = f"### BEGIN SOLUTION\nA full answer: {ex.model_answer}\n### END SOLUTION"
+        cells += [nbformat.v4.new_markdown_cell(task, metadata=_meta("read", f"{ex.label}_task")),
+                  nbformat.v4.new_markdown_cell(answer, metadata=_meta(
+                      "manual", f"answer_{ex.label}", points=ex.points))]
     nb.cells = cells
     return nb
 
 
-def write_course(out: Path, only: list[str] | None = None) -> list[Path]:
-    """Write ``out/nbgrader_config.py`` and ``out/source/<chapter>/<chapter>.ipynb``; return them."""
-    groups = chapters()
-    unknown = sorted(set(only or ()) - set(groups))
+def write_course(out: Path, only: list[str] | None = None, *, summative: bool = False,
+                 max_hints: int = 0) -> list[Path]:
+    """Write ``out/nbgrader_config.py`` and ``out/source/<chapter>/<chapter>.ipynb``; return them.
+
+    ``summative``: graded work, no ``solution()`` and at most ``max_hints`` hints per exercise.
+    """
+    if not isinstance(max_hints, int) or isinstance(max_hints, bool) or max_hints < 0:
+        raise ValueError(f"max_hints must be an int >= 0 (0: no hints), got {max_hints!r}")
+    if max_hints and not summative:
+        raise ValueError("max_hints limits the hints of summative assignments only: add "
+                         "summative=True (--summative), or leave max_hints at 0")
+    groups, open_groups, names = chapters(), open_chapters(), all_chapters()
+    unknown = sorted(set(only or ()) - set(names))
     if unknown:
         raise ValueError(f"no exercises in chapter(s) {', '.join(unknown)}; "
-                         f"the chapters are: {', '.join(groups)}")
+                         f"the chapters are: {', '.join(names)}")
     out = out.resolve()
     out.mkdir(parents=True, exist_ok=True)
     config = out / "nbgrader_config.py"
     config.write_text(CONFIG.format(root=str(out), db=str(out / "gradebook.db")), encoding="utf-8")
     written = [config]
-    for chapter, items in groups.items():
+    for chapter in names:
         if only and chapter not in only:
             continue
         path = out / "source" / chapter / f"{chapter}.ipynb"
         path.parent.mkdir(parents=True, exist_ok=True)
-        nbformat.write(notebook(chapter, items), path)
+        nb = notebook(chapter, groups.get(chapter, []), open_groups.get(chapter, []),
+                      summative=summative, max_hints=max_hints)
+        nbformat.write(nb, path)
         written.append(path)
     return written
 
@@ -129,16 +249,31 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="the course folder")
     parser.add_argument("--release", action="store_true",
                         help="also run nbgrader generate_assignment for each chapter written")
-    args = parser.parse_args(argv)
-    written = write_course(args.out, args.chapters or None)
+    parser.add_argument("--summative", action="store_true",
+                        help="graded work: solution() off, hints limited by --hints, the kit's own "
+                             "solutions refused by check()")
+    parser.add_argument("--hints", type=int, default=0, metavar="N",
+                        help="with --summative: hints 1 to N of each exercise stay available "
+                             "(default 0: none)")
+    extra = shlex.split(os.environ.get("ASSIGNMENTS", ""))  # `make assignments ASSIGNMENTS=...`
+    args = parser.parse_args(extra + list(sys.argv[1:] if argv is None else argv))
+    if args.hints and not args.summative:
+        parser.error("--hints limits the hints of --summative assignments; add --summative")
+    if args.hints < 0:
+        parser.error(f"--hints takes a number >= 0, got {args.hints}")
+    written = write_course(args.out, args.chapters or None, summative=args.summative,
+                           max_hints=args.hints)
     if args.release:
         for path in written[1:]:
             release(args.out.resolve(), path.parent.name)
     step = "collect submissions into submitted/<learner>/<chapter>/" if args.release else \
         "nbgrader generate_assignment <chapter>"
+    mode = (f"summative (no solution(), {args.hints} hint(s) per exercise)" if args.summative
+            else "formative (hints and solution() available)")
     print(textwrap.dedent(f"""\
-        wrote {len(written) - 1} assignment(s) and nbgrader_config.py into {args.out}
-        next, in that folder: {step}, then nbgrader autograde <chapter>, nbgrader export"""))
+        wrote {len(written) - 1} {mode} assignment(s) and nbgrader_config.py into {args.out}
+        next, in that folder: {step}, then nbgrader autograde <chapter>, grade the open answers
+        (nbgrader formgrader), nbgrader export"""))
     return 0
 
 

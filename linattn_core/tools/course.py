@@ -7,6 +7,7 @@ learners run. From a shell::
     python -m linattn_core.tools.course answers                  # every exercise's solution, checked
     python -m linattn_core.tools.course mistakes causal_cumsum   # its typical wrong answers and feedback
     python -m linattn_core.tools.course mistakes                 # ... for every exercise
+    python -m linattn_core.tools.course rubrics                  # the open exercises' rubrics
 
 In a notebook, ``course.show_mistakes("causal_cumsum")`` prints the same, and
 ``course.quiz("causal")`` shows that chapter's exit ticket (``book/quizzes/causal.json``).
@@ -25,11 +26,17 @@ from pathlib import Path
 
 from . import exercises
 from .exercises import CheckResult, Exercise
+from .exercises.checker import practice_mode
 
-__all__ = ["QUIZ_CHAPTERS", "WrongAnswer", "answer_key", "load_quiz", "quiz", "show_mistakes",
-           "wrong_answers"]
+__all__ = ["LIBRARY_SHORTCUT", "QUIZ_CHAPTERS", "WrongAnswer", "answer_key", "load_quiz", "quiz",
+           "rubric", "show_mistakes", "wrong_answers"]
 
 _REPOSITORY_FILES = "https://raw.githubusercontent.com/linattn/linattn/main"
+
+# The cause of the wrong answer that calls the library instead of computing the answer (the
+# feedback names the function it called).
+LIBRARY_SHORTCUT = ("you called the library's own function instead of computing the answer: check() "
+                    "refuses it and names the function")
 
 # The chapters with an exit ticket, in the book's order (one JSON file each under book/quizzes/).
 QUIZ_CHAPTERS = ("softmax", "associative", "feature_maps", "feature_maps_random", "causal", "tradeoffs",
@@ -54,6 +61,8 @@ class WrongAnswer:
         text = " ".join(self.result.feedback.split())
         if "Likely cause" in text or "cannot tell these causes apart" in text:
             return True
+        if "calls the library's own" in text:  # the library shortcut, named
+            return True
         advice = [" ".join(a.split()) for _, a in _exercise(self.exercise).exception_hints]
         return "your function raised" in text and any(a in text for a in advice)
 
@@ -71,30 +80,50 @@ def _exercise(name: str | Exercise) -> Exercise:
 def wrong_answers(name: str | Exercise) -> list[WrongAnswer]:
     """Run every typical mistake of an exercise through its ``check()``, silently.
 
-    The mistakes are the exercise's own (the functions its feedback recognises), so what this
-    returns is exactly what a learner who made that mistake would read.
+    The mistakes are the exercise's own (the functions its feedback recognises), then, where the
+    library has the answer, the shortcut that calls it; so what this returns is exactly what a
+    learner who made that mistake would read.
     """
     ex = _exercise(name)
-    return [WrongAnswer(ex.name, m.message, _quiet_check(ex, m.fn)) for m in ex.mistakes]
+    with practice_mode():
+        out = [WrongAnswer(ex.name, m.message, _quiet_check(ex, m.fn)) for m in ex.mistakes]
+        if ex.library_answer is not None:
+            out.append(WrongAnswer(ex.name, LIBRARY_SHORTCUT, _quiet_check(ex, ex.library_answer)))
+    return out
 
 
 def show_mistakes(name: str | Exercise) -> None:
     """Print each typical wrong answer of an exercise and what ``check()`` tells the learner."""
     ex = _exercise(name)
     print(f"== {ex.path} ({ex.name}): {ex.title}")
-    for number, wrong in enumerate(wrong_answers(ex), start=1):
-        print(f"\n-- wrong answer {number} of {len(ex.mistakes)}: {wrong.expected_cause}")
-        print(wrong.result.feedback)
+    wrong = wrong_answers(ex)
+    for number, answer in enumerate(wrong, start=1):
+        print(f"\n-- wrong answer {number} of {len(wrong)}: {answer.expected_cause}")
+        print(answer.result.feedback)
     print()
 
 
 def answer_key(name: str | Exercise) -> str:
     """The reference solution of an exercise, as text, after checking that it passes."""
     ex = _exercise(name)
-    result = _quiet_check(ex, ex.solution_fn)
+    with practice_mode():
+        result = _quiet_check(ex, ex.solution_fn)
     status = "passes check()" if result else "FAILS check(): report this as a bug"
     return (f"== {ex.path} ({ex.name}), {ex.chapter}.md, {'*' * ex.difficulty}, "
-            f"~{ex.minutes} min: {ex.title}\n{ex.task}\n\n{ex.solution_source()}\n# {status}\n")
+            f"~{ex.minutes} min, {ex.difficulty} point{'s' if ex.difficulty > 1 else ''}: "
+            f"{ex.title}\n{ex.task}\n\n{ex.solution_source()}\n# {status}\n")
+
+
+def rubric(label: str) -> str:
+    """An open exercise's rubric and model answer, as text (``exercises.OPEN`` has the labels)."""
+    try:
+        ex = exercises.OPEN[label]
+    except KeyError:
+        raise KeyError(f"no open exercise labelled {label!r}; the labels are: "
+                       f"{', '.join(exercises.OPEN)}") from None
+    return (f"== {ex.label} ({ex.chapter}.md), {'*' * ex.difficulty}, ~{ex.minutes} min, "
+            f"{ex.points} points: {ex.title}\n{ex.rubric_markdown()}\n"
+            f"A full answer: {ex.model_answer}\n")
 
 
 # -- exit tickets ---------------------------------------------------------------------------------
@@ -178,9 +207,13 @@ def quiz(chapter: str) -> None:
 # -- command line ---------------------------------------------------------------------------------
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
-    if not args or args[0] not in ("answers", "mistakes"):
+    if not args or args[0] not in ("answers", "mistakes", "rubrics"):
         print(__doc__.split("From a shell::", 1)[1].split("In a notebook", 1)[0].rstrip())
         return 2
+    if args[0] == "rubrics":
+        for label in args[1:] or list(exercises.OPEN):
+            print(rubric(label))
+        return 0
     names = args[1:] or list(exercises.EXERCISES)
     for name in names:
         if args[0] == "answers":

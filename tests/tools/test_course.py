@@ -37,13 +37,39 @@ def test_answer_key_passes_its_check(name):
     assert f"def {ex.fn_name}(" in key
 
 
-def test_command_line_prints_key_and_mistakes(capsys):
+def test_command_line_prints_key_mistakes_and_rubrics(capsys):
     assert course.main(["answers", "kv_cache_bytes"]) == 0
     assert "passes check()" in capsys.readouterr().out
-    assert course.main(["mistakes", "kv_cache_bytes"]) == 0
+    for name in ("kv_cache_bytes", "softmax_attention"):
+        assert course.main(["mistakes", name]) == 0
+        out = capsys.readouterr().out
+        ex = exercises.get(name)
+        assert out.count("-- wrong answer") == len(ex.mistakes) + (ex.library_answer is not None)
+    assert course.main(["rubrics"]) == 0
     out = capsys.readouterr().out
-    assert out.count("-- wrong answer") == len(exercises.get("kv_cache_bytes").mistakes)
+    for label, ex in exercises.OPEN.items():
+        assert label in out and f"{ex.points} points" in out and ex.model_answer[:40] in out
+    with pytest.raises(KeyError, match="no open exercise"):
+        course.rubric("nope")
     assert course.main([]) == 2
+
+
+@pytest.mark.parametrize("name", [n for n in NAMES if exercises.get(n).library_answer is not None])
+def test_the_library_shortcut_is_a_listed_wrong_answer(name):
+    shortcut = [w for w in course.wrong_answers(name) if w.expected_cause == course.LIBRARY_SHORTCUT]
+    assert len(shortcut) == 1 and not shortcut[0].result.passed and shortcut[0].diagnosed
+    assert "calls the library's own `linattn_core." in " ".join(shortcut[0].result.feedback.split())
+
+
+def test_teacher_tools_run_in_practice_mode_even_after_a_summative_cell(capsys):
+    try:
+        exercises.summative(max_hints=0)
+        assert "# passes check()" in course.answer_key("kv_cache_bytes")
+        assert all(not w.result.passed for w in course.wrong_answers("kv_cache_bytes"))
+        exercises.get("kv_cache_bytes").solution()  # still summative outside the teacher's tools
+        assert "switched off" in capsys.readouterr().out
+    finally:
+        exercises.formative()
 
 
 # -- the instructors page ---------------------------------------------------------------------------
@@ -165,3 +191,27 @@ def test_quiz_page_shows_every_quiz():
     assert shown == list(course.QUIZ_CHAPTERS)
     files = sorted(p.stem for p in (ROOT / "book" / "quizzes").glob("*.json"))
     assert files == sorted(course.QUIZ_CHAPTERS)
+
+
+def _words(text: str) -> str:
+    return " ".join(text.split())
+
+
+def test_grading_section_says_which_uses_and_how():
+    section = _words(_section("sec-instructors-grading"))
+    for words in ("Formative use", "Summative use", "--summative", "--hints",
+                  "exercises.summative(max_hints=1)", 'ASSIGNMENTS="--summative --hints 1"',
+                  "one per star", "graded by hand", "names the function called",
+                  "cannot stop a learner"):
+        assert words in section, words
+
+
+@pytest.mark.parametrize("label", list(exercises.OPEN))
+def test_grading_section_shows_every_rubric(label):
+    ex = exercises.OPEN[label]
+    section = _words(_section("sec-instructors-grading"))
+    head = f"*{ex.title}* ({{doc}}`{ex.chapter}`, {'★' * ex.difficulty}, {ex.points} points):"
+    assert head in section, head
+    rubric = section.split(head, 1)[1]
+    for points, criterion in ex.rubric:
+        assert f"- {points}: {_words(criterion)}" in rubric, criterion
