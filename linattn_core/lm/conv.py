@@ -42,7 +42,9 @@ class ShortConv(nn.Conv1d):
         """All tokens at once. x: (B, T, channels) -> (B, T, channels)."""
         W = self.kernel_size[0]
         y = super().forward(F.pad(x.transpose(1, 2), (W - 1, 0)))  # W - 1 zeros before the first token
-        return F.silu(y.transpose(1, 2))
+        # back to (B, T, channels) rows in memory: the q, k, v views downstream (and their gradients)
+        # run on contiguous rows, which measured faster than leaving the conv's layout
+        return F.silu(y.transpose(1, 2).contiguous())
 
     def new_history(self, batch: int, like: torch.Tensor) -> torch.Tensor:
         """The memory before the first token: ``W - 1`` zero inputs, ``(batch, W - 1, channels)``."""

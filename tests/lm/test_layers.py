@@ -107,6 +107,17 @@ def test_gated_mixers_are_the_literal_recurrence(kind):
     assert_close(layer.mix(q, k, v, x), want)
 
 
+def test_gla_runs_short_chunks_of_the_same_result():
+    layer, x = _layer("gla", chunk_size=64), _x(n=40)
+    assert layer.chunk_size == L.GLA_CHUNK == 16
+    q, k, v = (torch.randn(B, H, 40, D, generator=torch.Generator().manual_seed(s), dtype=torch.float64)
+               for s in (1, 2, 3))
+    with torch.no_grad():
+        got = layer.mix(q, k, v, x)
+        layer.chunk_size = 40  # one chunk: the masked form of the whole sequence
+        assert_close(got, layer.mix(q, k, v, x))
+
+
 def test_simple_gla_gate_is_one_logsigmoid_per_head_over_16():
     layer, x = _layer("simple_gla"), _x()
     W, b = layer.gk_proj.weight, layer.gk_proj.bias
