@@ -139,6 +139,7 @@ def _library_calls(forbidden: Sequence[str]) -> Iterator[list]:
     Python did (it drops a profile function that raises, e.g. at the recursion limit).
     """
     calls: list[str] = []
+    active = [True]  # a thread fn started may outlive the call: its hook then does nothing
     depth = [0]  # how many forbidden frames are running: only the outermost is an entry point
     verdicts: dict = {}  # code object -> whether it is forbidden code (one module per code object)
 
@@ -155,6 +156,8 @@ def _library_calls(forbidden: Sequence[str]) -> Iterator[list]:
             calls.append(name)
 
     def hook(frame, event, arg):
+        if not active[0]:
+            return
         if event == "call":
             if banned(frame):
                 # a module's body running on its first import is no call of the reader's
@@ -177,6 +180,7 @@ def _library_calls(forbidden: Sequence[str]) -> Iterator[list]:
     try:
         yield calls
     finally:
+        active[0] = False
         if sys.getprofile() is not hook:
             calls.append("sys.setprofile")
         sys.setprofile(previous)
