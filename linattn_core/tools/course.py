@@ -10,7 +10,8 @@ learners run. From a shell::
     python -m linattn_core.tools.course rubrics                  # the open exercises' rubrics
 
 In a notebook, ``course.show_mistakes("causal_cumsum")`` prints the same, and
-``course.quiz("causal")`` shows that chapter's exit ticket (``book/quizzes/causal.json``).
+``course.quiz("causal")`` shows that chapter's exit ticket (``quizzes/causal.json`` beside this
+module, package data).
 """
 
 from __future__ import annotations
@@ -20,7 +21,6 @@ import io
 import json
 import random
 import sys
-import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -31,14 +31,12 @@ from .exercises.checker import practice_mode
 __all__ = ["LIBRARY_SHORTCUT", "QUIZ_CHAPTERS", "WrongAnswer", "answer_key", "load_quiz", "quiz",
            "rubric", "show_mistakes", "wrong_answers"]
 
-_REPOSITORY_FILES = "https://raw.githubusercontent.com/linattn/linattn/main"
-
 # The cause of the wrong answer that calls the library instead of computing the answer (the
 # feedback names the function it called).
 LIBRARY_SHORTCUT = ("you called the library's own function instead of computing the answer: check() "
                     "refuses it and names the function")
 
-# The chapters with an exit ticket, in the book's order (one JSON file each under book/quizzes/).
+# The chapters with an exit ticket, in the book's order (one JSON file each in QUIZZES).
 QUIZ_CHAPTERS = ("softmax", "associative", "feature_maps", "feature_maps_random", "causal", "tradeoffs",
                  "timing", "beyond_decay", "beyond_delta", "beyond_tour", "training")
 
@@ -127,31 +125,20 @@ def rubric(label: str) -> str:
 
 
 # -- exit tickets ---------------------------------------------------------------------------------
-def _quiz_folders() -> list[Path]:
-    # The chapters run in book/, their notebook twins in notebooks/; an editable install or a
-    # clone of the repository also finds book/quizzes beside the package.
-    here = Path.cwd()
-    return [here / "quizzes", here.parent / "book" / "quizzes",
-            Path(__file__).resolve().parents[2] / "book" / "quizzes"]
+# The questions travel with the package (package data), so a notebook finds them wherever it runs:
+# in a checkout, on Colab, on Binder, offline.
+QUIZZES = Path(__file__).resolve().parent / "quizzes"
 
 
 def load_quiz(chapter: str) -> list[dict]:
     """The exit-ticket questions of a chapter, in jupyterquiz's JSON format."""
     if chapter not in QUIZ_CHAPTERS:
         raise ValueError(f"chapter must be one of {', '.join(QUIZ_CHAPTERS)}; got {chapter!r}")
-    for folder in _quiz_folders():
-        path = folder / f"{chapter}.json"
-        if path.is_file():
-            return json.loads(path.read_text(encoding="utf-8"))
-    # A notebook on Colab has no copy of the repository beside it (but has the internet)
-    url = f"{_REPOSITORY_FILES}/book/quizzes/{chapter}.json"
-    try:
-        with urllib.request.urlopen(url, timeout=10) as response:
-            return json.loads(response.read().decode("utf-8"))
-    except (OSError, ValueError) as exc:
-        raise FileNotFoundError(f"no {chapter}.json in book/quizzes/ and {url} could not be read "
-                                f"({exc}); the questions are also on the book's 'Exit tickets' "
-                                "page") from None
+    path = QUIZZES / f"{chapter}.json"
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} is missing: linattn_core was installed without its package data; "
+                                "the questions are also on the book's 'Exit tickets' page")
+    return json.loads(path.read_text(encoding="utf-8"))
 
 
 # jupyterquiz loads MathJax from a CDN when the page has a MathJax without `typeset`; the site serves

@@ -162,7 +162,7 @@ def test_exercise_table_matches_the_exercises():
 # -- exit tickets -------------------------------------------------------------------------------
 @pytest.mark.parametrize("chapter", course.QUIZ_CHAPTERS)
 def test_quiz_files_are_well_formed(chapter):
-    questions = json.loads((ROOT / "book" / "quizzes" / f"{chapter}.json").read_text(encoding="utf-8"))
+    questions = json.loads((course.QUIZZES / f"{chapter}.json").read_text(encoding="utf-8"))
     assert 3 <= len(questions) <= 5
     for q in questions:
         assert q["type"] in ("multiple_choice", "many_choice", "numeric"), q
@@ -189,7 +189,7 @@ def test_quiz_page_shows_every_quiz():
     page = (ROOT / "book" / "quizzes.md").read_text(encoding="utf-8")
     shown = re.findall(r'^course\.quiz\("(\w+)"\)$', page, flags=re.M)  # the code cells
     assert shown == list(course.QUIZ_CHAPTERS)
-    files = sorted(p.stem for p in (ROOT / "book" / "quizzes").glob("*.json"))
+    files = sorted(p.stem for p in course.QUIZZES.glob("*.json"))
     assert files == sorted(course.QUIZ_CHAPTERS)
 
 

@@ -1,7 +1,7 @@
 """The exit tickets (book/quizzes.md) on the built site, offline: rendered, answerable, self-contained.
 
 The page is loaded with every host but 127.0.0.1 blocked. Each chapter's quiz must show all its
-questions (from book/quizzes/<chapter>.json); clicking the right answer of one question says so
+questions (from linattn_core/tools/quizzes/<chapter>.json); clicking the right answer of one question says so
 with that answer's feedback, a wrong answer of another says it is wrong, and a typed number is
 checked on Enter. Answers are found by their text in the JSON, not by the page's own markup of
 which is right.
@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from _browser import ROOT, SITE, missing
+from _browser import SITE, missing
 
 from linattn_core.tools import course
 
@@ -25,7 +25,7 @@ PAGE = "book/quizzes.html"
 
 
 def _questions(chapter: str) -> list[dict]:
-    return json.loads((ROOT / "book" / "quizzes" / f"{chapter}.json").read_text(encoding="utf-8"))
+    return json.loads((course.QUIZZES / f"{chapter}.json").read_text(encoding="utf-8"))
 
 
 @pytest.fixture
