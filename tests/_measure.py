@@ -3,43 +3,21 @@
 A measured peak (resident pages, or page faults) depends on more than the algorithm: pages the C
 allocator kept from earlier calls can be handed out again without raising the resident set, pages
 come in 4 KiB (or 2 MiB huge) units, and with several threads the order of their allocations moves
-the peak. So every measurement here starts the same way (:func:`settle`: garbage collected, freed
-heap pages handed back), runs on one thread (:func:`one_thread`), is repeated and summarised by
-its median (:func:`median_peak`), and is compared with bounds that sit far from what the algorithm
-needs, never within a few percent of it.
+the peak. So every measurement here is taken the same way: after a warm-up call, through
+``timing.peak_memory`` (which collects garbage and hands freed heap pages back before it starts),
+on one thread (:func:`one_thread`), repeated and summarised by its median (:func:`median_peak`); and
+it is compared with bounds that sit a factor of two or more from what is measured, never within a
+few percent of it.
 """
 
 from __future__ import annotations
 
 import contextlib
-import ctypes
-import gc
 import statistics
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
-
-
-def _malloc_trim() -> Callable[[int], Any] | None:
-    try:
-        return ctypes.CDLL(None).malloc_trim  # glibc; absent elsewhere
-    except (OSError, AttributeError):
-        return None
-
-
-_TRIM = _malloc_trim()
-
-
-def settle() -> None:
-    """Collect garbage and hand the C heap's free pages back to the system (glibc's ``malloc_trim``).
-
-    Afterwards a call's new tensors need new pages, so the peak resident set counts them instead of
-    reusing whatever earlier tests happened to leave free.
-    """
-    gc.collect()
-    if _TRIM is not None:
-        _TRIM(0)
 
 
 @contextlib.contextmanager
@@ -57,16 +35,15 @@ def one_thread() -> Iterator[None]:
 
 
 def median_peak(step: Callable[[], Any], repeats: int = 3, warm_up: bool = True) -> int | None:
-    """The median over ``repeats`` of the peak extra resident memory of ``step()`` on the CPU (bytes),
-    each measured after :func:`settle`; ``None`` where it cannot be measured. The warm-up call keeps
-    torch's own first-call allocations out of the measurement."""
+    """The median over ``repeats`` of the peak extra resident memory of ``step()`` on the CPU (bytes);
+    ``None`` where it cannot be measured. The warm-up call keeps torch's own first-call allocations
+    (thread pools, lazily built kernels) out of the measurement."""
     from linattn_core.tools import timing as T
 
     if warm_up:
         step()
     peaks = []
     for _ in range(repeats):
-        settle()
         peak, _ = T.peak_memory(step, device="cpu")
         if peak is None:
             return None

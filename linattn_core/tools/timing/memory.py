@@ -7,6 +7,7 @@ Linux CPUs (``VmHWM`` after resetting it), ``tracemalloc`` for numpy.
 from __future__ import annotations
 
 import ctypes
+import gc
 import re
 import sys
 import tracemalloc
@@ -27,7 +28,13 @@ def _proc_status_bytes(key: str) -> int:
 
 
 def _reset_peak_rss() -> bool:
-    """Reset the kernel's peak resident set size (``VmHWM``) of this process; False where impossible."""
+    """Reset the kernel's peak resident set size (``VmHWM``) of this process; False where impossible.
+
+    Garbage is collected and freed heap pages handed back first: otherwise a collection during the
+    measured call lowers the resident set under the peak, and freed pages the allocator kept are reused
+    without being counted.
+    """
+    gc.collect()
     try:
         ctypes.CDLL("libc.so.6").malloc_trim(0)  # give freed heap pages back, so reuse is counted again
     except (OSError, AttributeError):
