@@ -171,6 +171,13 @@ def test_decode_targets_read_their_rows():
     assert (speed.value, speed.passed, flat.value, flat.passed) == (10.0, True, 1.5, True)
     speed, flat = bench_decode.decode_targets(rows(9.9, 2.0, 1.0))
     assert not speed.passed and flat.value == 2.0 and not flat.passed
+    # every context from 1k to 64k counts, not only the two ends; the note gives the quartiles
+    middle = {"method": "decode_state", "batch": 1, "N": 4096, "median_s": 1.6, "q25_s": 1.5, "q75_s": 2.5}
+    _, flat = bench_decode.decode_targets([*rows(10.0, 1.0, 1.0), middle])
+    assert_close(flat.value, 1.6, dtype="float64")
+    assert not flat.passed
+    assert "slowest N=4096: 1600000.0 µs, quartiles 1500000.0-2500000.0 µs" in flat.note
+    assert "fastest N=" in flat.note
     speed, flat = bench_decode.decode_targets([])
     assert speed.passed is None and flat.passed is None
 
@@ -180,7 +187,7 @@ def test_decode_sweep_rows_and_memory():
     assert {(r["method"], r["batch"], r["N"]) for r in rows} == {
         (m, b, n) for m in bench_decode.DECODE_METHODS for b in (1, 2) for n in (16, 32)}
     for r in rows:
-        assert r["median_s"] > 0
+        assert 0 < r["q25_s"] <= r["median_s"] <= r["q75_s"] and r["repeats"] == 4
         if r["method"] == "decode_kvcache":   # every key and value of one sequence, float32
             assert r["bytes_per_sequence"] == r["N"] * 2 * 4 * 2 * 4
         else:                                  # S and z of one sequence: heads * d (d + 1) numbers

@@ -9,10 +9,11 @@ of a model batched together, so the numbers are the attention part of one genera
 
 from __future__ import annotations
 
-import statistics
 import time
 from collections.abc import Sequence
 from typing import Any
+
+import numpy as np
 
 from ...streaming import KVCache, LinearAttentionState
 
@@ -30,23 +31,29 @@ def _memory(which: str, batch: int, heads: int, d: int, proto: Any) -> KVCache |
 def decode_times(which: str, contexts: Sequence[int], *, batch: int = 1, heads: int = 8, d: int = 16,
                  repeats: int = 16, seed: int = 0, device: str = "cpu",
                  threads: int | None = 1) -> list[dict]:
-    """Median seconds per decoding step at each context length, and the memory per sequence.
+    """Seconds per decoding step at each context length (median and quartiles), and the memory per
+    sequence.
 
     ``which`` is ``"kvcache"`` or ``"state"``; ``heads`` counts every head of the model (layers
-    times heads per layer); tokens are float32 of width ``d = d_v``. One memory is filled token by
-    token through all the ``contexts`` (ascending); at each, ``repeats`` steps are timed, the last of
-    them at exactly that context length. Returns one dict per context:
-    ``{"N", "median_s", "bytes_per_sequence"}``. ``threads`` caps torch's CPU threads while timing
-    (one by default: a decoding step is a few small products, and on a busy machine a second thread
-    mostly waits at a barrier); ``None`` keeps torch's setting.
+    times heads per layer); tokens are float32 of width ``d = d_v``. Each context gets its own memory,
+    filled token by token to ``repeats + 1`` tokens short of it; then the contexts take turns, one step
+    each per round (an untimed round first, then ``repeats`` timed ones, each round starting one
+    context further on), so the last step of each is at exactly its context length, a machine that
+    speeds up or slows down over the run moves every context alike instead of whichever ran last,
+    and every step finds the processor's caches holding another context's memory (as in a model,
+    where other layers run between two steps of one). Returns one dict per context: ``{"N", "median_s", "q25_s", "q75_s", "repeats",
+    "bytes_per_sequence"}``. ``threads`` caps torch's CPU threads while timing (one by default: a
+    decoding step is a few small products, and on a busy machine a second thread mostly waits at a
+    barrier); ``None`` keeps torch's setting.
     """
     import torch
 
     if which not in MEMORIES:
         raise ValueError(f"which must be one of {MEMORIES}, got {which!r}")
     contexts = [int(n) for n in contexts]
-    if contexts != sorted(contexts) or contexts[0] < repeats:
-        raise ValueError(f"contexts must be ascending and at least repeats = {repeats}, got {contexts}")
+    if contexts != sorted(set(contexts)) or contexts[0] <= repeats:
+        raise ValueError(f"contexts must be ascending, distinct and more than repeats = {repeats} "
+                         f"(one untimed step, then the timed ones), got {contexts}")
     before = torch.get_num_threads()
     if threads is not None:
         torch.set_num_threads(threads)
@@ -62,21 +69,36 @@ def _time(which: str, contexts: list, batch: int, heads: int, d: int, repeats: i
 
     g = torch.Generator().manual_seed(seed)
     pool = torch.randn((64, 3, batch, heads, d), generator=g).to(device)  # q, k, v of 64 tokens, cycled
-    mem = _memory(which, batch, heads, d, pool)
-    add = mem.append if which == "kvcache" else mem.update
-    rows = []
-    for n in contexts:
-        while mem.t < n - repeats:
-            _, k, v = pool[mem.t % 64]
-            add(k, v)
-        times = []
-        for _ in range(repeats):
+    mems = [_filled(which, n - repeats - 1, batch, heads, d, pool) for n in contexts]
+    times: list[list[float]] = [[] for _ in contexts]
+    for r in range(repeats + 1):  # round 0: the untimed first query of each memory
+        for j in _round(len(contexts), r):
+            mem = mems[j]
             q, k, v = pool[mem.t % 64]
             start = time.perf_counter()
-            y = mem.step(q, k, v)
+            mem.step(q, k, v)
             if device == "cuda":
                 torch.cuda.synchronize()
-            times.append(time.perf_counter() - start)
-        del y
-        rows.append({"N": n, "median_s": statistics.median(times), "bytes_per_sequence": mem.nbytes // batch})
+            if r:
+                times[j].append(time.perf_counter() - start)
+    rows = []
+    for n, mem, ts in zip(contexts, mems, times, strict=True):
+        q25, median, q75 = (float(x) for x in np.quantile(ts, [0.25, 0.5, 0.75]))
+        rows.append({"N": n, "median_s": median, "q25_s": q25, "q75_s": q75, "repeats": len(ts),
+                     "bytes_per_sequence": mem.nbytes // batch})
     return rows
+
+
+def _filled(which: str, t: int, batch: int, heads: int, d: int, pool: Any) -> KVCache | LinearAttentionState:
+    # a memory that has seen t tokens of the pool
+    mem = _memory(which, batch, heads, d, pool)
+    add = mem.append if which == "kvcache" else mem.update
+    while mem.t < t:
+        _, k, v = pool[mem.t % 64]
+        add(k, v)
+    return mem
+
+
+def _round(count: int, r: int) -> list[int]:
+    # the contexts in round r: all of them, starting at r mod count
+    return [(r + i) % count for i in range(count)]
