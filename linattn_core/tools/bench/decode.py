@@ -72,14 +72,14 @@ def decode_targets(rows: Sequence[dict]) -> list[Target]:
 def format_decode(rows: Sequence[dict]) -> str:
     """A table: per batch and context, both methods' median time per token with its quartiles, their
     ratio, and the memory per sequence."""
-    lines = [f"{'batch':>5} {'N':>7} {'KV cache / token':>17} {'quartiles':>15} {'state / token':>14} "
+    lines = [f"{'batch':>5} {'N':>7} {'KV cache / token':>17} {'quartiles':>17} {'state / token':>14} "
              f"{'quartiles':>13} {'ratio':>7} {'KV cache / seq':>15} {'state / seq':>12}"]
     keys = sorted({(r["batch"], r["N"]) for r in rows})
     for batch, N in keys:
         cache, state = _row(rows, "decode_kvcache", N, batch), _row(rows, "decode_state", N, batch)
         if cache is None or state is None:
             continue
-        lines.append(f"{batch:>5} {N:>7} {cache['median_s'] * 1e6:>14.1f} µs {_quartiles(cache):>15} "
+        lines.append(f"{batch:>5} {N:>7} {cache['median_s'] * 1e6:>14.1f} µs {_quartiles(cache):>17} "
                      f"{state['median_s'] * 1e6:>11.1f} µs {_quartiles(state):>13} "
                      f"{cache['median_s'] / state['median_s']:>6.1f}x "
                      f"{cache['bytes_per_sequence'] / 2**20:>11.2f} MiB "
@@ -90,4 +90,5 @@ def format_decode(rows: Sequence[dict]) -> str:
 def _quartiles(r: dict) -> str:
     # the spread of one row's steps, in microseconds
     q25, q75 = r.get("q25_s", r["median_s"]), r.get("q75_s", r["median_s"])
-    return f"{q25 * 1e6:.1f}-{q75 * 1e6:.1f}"
+    digits = 1 if q75 < 1e-3 else 0  # tenths of a microsecond only where they are a visible part
+    return f"{q25 * 1e6:.{digits}f}-{q75 * 1e6:.{digits}f}"
