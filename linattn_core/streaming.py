@@ -39,28 +39,22 @@ def _prototype(dtype: Any, like: Any) -> Any:
             return like.new_empty((0,), dtype=be.compute_dtype)
         return np.empty((0,), dtype=be.compute_dtype)
     torch = ops.torch_module()
-    refused = TypeError(f"dtype must be a numpy or torch floating dtype, got {dtype!r}")
-    if torch is not None and isinstance(dtype, torch.dtype):
-        if not dtype.is_floating_point:
-            raise refused
+    if torch is not None and isinstance(dtype, torch.dtype) and dtype.is_floating_point:
         return _prototype(None, torch.empty(0, dtype=dtype))
     try:
         np_dtype = np.dtype(dtype)
     except TypeError:
-        raise refused from None
-    if np_dtype.type not in (np.float16, np.float32, np.float64):  # so the message names dtype=, not like=
-        raise refused
+        np_dtype = None
+    if np_dtype is None or np_dtype.type not in (np.float16, np.float32, np.float64):  # names dtype=
+        raise TypeError(f"dtype must be a numpy or torch floating dtype, got {dtype!r}")
     return _prototype(None, np.empty(0, dtype=np_dtype))
 
 
 def _check_batch_shape(batch_shape: Any) -> tuple[int, ...]:
-    try:
-        shape = tuple(batch_shape)
-    except TypeError:
-        shape = None
-    if shape is None or not all(isinstance(s, (int, np.integer)) and not isinstance(s, bool) for s in shape):
-        raise ValueError(f"batch_shape must be a tuple of ints, got {batch_shape!r}")  # 2.5 is not 2
-    shape = tuple(int(s) for s in shape)
+    if not (isinstance(batch_shape, (tuple, list)) and all(  # 2.5 is refused, not truncated to 2
+            isinstance(s, (int, np.integer)) and not isinstance(s, bool) for s in batch_shape)):
+        raise ValueError(f"batch_shape must be a tuple of ints, got {batch_shape!r}")
+    shape = tuple(int(s) for s in batch_shape)
     if any(s < 1 for s in shape):
         raise ValueError(f"batch_shape must hold positive sizes, got {shape}")
     return shape
