@@ -22,6 +22,7 @@ the notebook's prose names as printed is not printed.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import re
@@ -47,7 +48,18 @@ WORKERS = 2  # two kernels at a time: the notebooks run one torch thread or few;
 CELL_TIMEOUT_S = 1200  # a training cell takes minutes on a loaded 2-core machine; this only catches hangs
 NOTEBOOK_TIMEOUT_S = 2400  # a kernel that never answers fails its notebook instead of the whole session
 CLOSED = "http://127.0.0.1:9"  # the discard port: nothing listens, every connection is refused
-PLACEHOLDER = re.compile(r"`([A-Za-z0-9_]+)` \*\(printed (above|below)\)\*")  # scripts/sync_notebooks.py
+
+
+def _placeholder() -> re.Pattern:
+    """How a notebook names a printed value (``scripts/sync_notebooks.py`` writes it)."""
+    spec = importlib.util.spec_from_file_location("sync_notebooks", ROOT / "scripts" / "sync_notebooks.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault("sync_notebooks", module)  # its dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module.PLACEHOLDER
+
+
+PLACEHOLDER = _placeholder()
 
 
 def _run(cmd: list[str], **kwargs) -> subprocess.CompletedProcess:
