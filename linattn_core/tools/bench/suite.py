@@ -13,7 +13,6 @@ from typing import Any
 
 from .. import timing as T
 from . import decode as bench_decode
-from . import layers as bench_layers
 from . import train as bench_train
 from .targets import Target, find, format_targets, ratio_target
 
@@ -236,7 +235,10 @@ def run(config: Config, *, device: Any = None, progress: bool | None = None,
         # higher of the two (the stricter yardstick)
         rate_after = T.matmul_rate(dev, config.matmul_sizes, config.dtype, min_run_time=config.min_run_time)
     # the whole model's training step per layer: on the CPU, on one thread and on the machine's default
-    # (outside the block above, which may have set the threads)
+    # (outside the block above, which may have set the threads); imported here, so that
+    # python -m linattn_core.tools.bench.layers does not find its module already imported
+    from . import layers as bench_layers
+
     layer_bench = bench_layers.layer_steps(sizes=config.layer_sizes, threads=config.layer_threads)
     matmul_gflops_before, matmul_gflops_after = matmul_gflops, rate_after / 1e9
     matmul_gflops = max(matmul_gflops_before, matmul_gflops_after)
