@@ -20,7 +20,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-__all__ = ["directory", "load", "names", "path"]
+__all__ = ["chosen_lr", "directory", "load", "names", "path", "sweep"]
 
 
 def directory() -> Path:
@@ -50,3 +50,19 @@ def path(name: str) -> Path:
 def load(name: str) -> dict[str, Any]:
     """The stored result ``name``, read from its JSON file."""
     return json.loads(path(name).read_text(encoding="utf-8"))
+
+
+def sweep(kind: str) -> dict[str, dict[str, Any]]:
+    """The stored learning-rate sweep of one layer: ``{rate as written: result}`` from the files
+    ``sweep-KIND-lrRATE.json`` (the same budget and seed for every rate)."""
+    prefix = f"sweep-{kind}-lr"
+    runs = {name[len(prefix):-len(".json")]: load(name) for name in names(f"{prefix}*.json")}
+    if not runs:
+        raise FileNotFoundError(f"no stored learning-rate sweep for {kind!r} (files {prefix}*.json)")
+    return runs
+
+
+def chosen_lr(kind: str) -> str:
+    """The rate of the layer's sweep with the lowest final validation loss, as written in its file name."""
+    runs = sweep(kind)
+    return min(runs, key=lambda lr: runs[lr]["final_val_loss"])

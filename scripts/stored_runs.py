@@ -1,0 +1,103 @@
+"""Run the training chapter's stored experiments: every command is the CLI a reader would type.
+
+    python scripts/stored_runs.py lm-sweep  [--workers 2] [--dry-run]   # learning rates, every layer
+    python scripts/stored_runs.py lm-seeds  [--workers 2] [--dry-run]   # three seeds at each layer's rate
+    python scripts/stored_runs.py mqar-sweep / mqar-seeds [--workers 2]  # the recall experiments
+
+Each job is one ``python -m linattn_core.train`` (or ``.mqar``) process on one thread, niced, writing
+one JSON into ``linattn_core/lm/results/`` (package data: the chapter reads it through
+``linattn_core.lm.stored``); a job whose file exists is skipped, so an interrupted plan resumes where
+it stopped. The JSON records its own command, the commit at its start and the hardware, and
+``tests/lm/test_stored_runs.py`` replays the first steps of every one. ``--workers`` processes run at
+a time (one per core); the longest jobs start first. Logs go to ``.cache/runs/``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from linattn_core.lm import stored  # noqa: E402  (the repository's package)
+from linattn_core.lm.layers import LAYERS  # noqa: E402
+
+RESULTS = stored.directory()
+LOGS = ROOT / ".cache" / "runs"
+# The learning-rate sweep: three rates spanning 10x, a quarter of the full budget, seed 0.
+SWEEP_LRS = ("1e-3", "3e-3", "1e-2")
+SWEEP_STEPS = 500
+SEEDS = (0, 1, 2)
+# Relative cost of a training step, to start the longest jobs first (measured: tools/bench/layers.py).
+COST = {"gla": 2.4, "deltanet": 1.8, "deltanet_additive": 1.6}
+
+
+def lm_sweep() -> list[tuple[list[str], Path]]:
+    jobs = []
+    for kind in LAYERS:
+        for lr in SWEEP_LRS:
+            out = RESULTS / f"sweep-{kind}-lr{lr}.json"
+            jobs.append((["-m", "linattn_core.train", "--attention", kind, "--preset", "full", "--steps",
+                          str(SWEEP_STEPS), "--lr", lr], out))
+    return jobs
+
+
+def lm_seeds() -> list[tuple[list[str], Path]]:
+    jobs = []
+    for kind in LAYERS:
+        lr = stored.chosen_lr(kind)
+        for seed in SEEDS:
+            out = RESULTS / f"full-{kind}-seed{seed}.json"
+            jobs.append((["-m", "linattn_core.train", "--attention", kind, "--preset", "full", "--lr", lr,
+                          "--seed", str(seed)], out))
+    return jobs
+
+
+PLANS = {"lm-sweep": lm_sweep, "lm-seeds": lm_seeds}
+
+
+def command(args: list[str], out: Path) -> list[str]:
+    flag = "--out" if "linattn_core.train" in args else "--json"
+    return ["nice", "-n", "5", sys.executable, *args, "--threads", "1", "--no-progress", flag,
+            str(out.relative_to(ROOT))]
+
+
+def run(job: tuple[list[str], Path]) -> tuple[Path, int, float]:
+    args, out = job
+    LOGS.mkdir(parents=True, exist_ok=True)
+    start = time.perf_counter()
+    with open(LOGS / (out.stem + ".log"), "w") as log:
+        code = subprocess.run(command(args, out), cwd=ROOT, stdout=log, stderr=subprocess.STDOUT).returncode
+    return out, code, time.perf_counter() - start
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("plan", choices=sorted(PLANS))
+    parser.add_argument("--workers", type=int, default=2, help="processes at a time (one per core)")
+    parser.add_argument("--dry-run", action="store_true", help="print the commands, run nothing")
+    args = parser.parse_args()
+    jobs = [j for j in PLANS[args.plan]() if not j[1].exists()]
+    jobs.sort(key=lambda j: -COST.get(j[0][j[0].index("--attention") + 1], 1.0))
+    print(f"{args.plan}: {len(jobs)} jobs to run", flush=True)
+    if args.dry_run:
+        for job in jobs:
+            print(shlex.join(command(*job)))
+        return 0
+    failed = 0
+    with ThreadPoolExecutor(args.workers) as pool:
+        for done in as_completed([pool.submit(run, job) for job in jobs]):
+            out, code, seconds = done.result()
+            failed += code != 0
+            print(f"{'ok  ' if code == 0 else 'FAIL'} {out.name} ({seconds / 60:.1f} min)", flush=True)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
