@@ -82,8 +82,11 @@ def main() -> int:
     parser.add_argument("plan", choices=sorted(PLANS))
     parser.add_argument("--workers", type=int, default=2, help="processes at a time (one per core)")
     parser.add_argument("--dry-run", action="store_true", help="print the commands, run nothing")
+    parser.add_argument("--kinds", nargs="+", choices=sorted(LAYERS), help="only these layers")
     args = parser.parse_args()
     jobs = [j for j in PLANS[args.plan]() if not j[1].exists()]
+    if args.kinds:
+        jobs = [j for j in jobs if j[0][j[0].index("--attention") + 1] in args.kinds]
     jobs.sort(key=lambda j: -COST.get(j[0][j[0].index("--attention") + 1], 1.0))
     print(f"{args.plan}: {len(jobs)} jobs to run", flush=True)
     if args.dry_run:
