@@ -7,6 +7,13 @@ Conventions (from CONTRIBUTING.md): seeded randomness only, float64 to check exa
 from __future__ import annotations
 
 import os
+
+# OpenMP threads that sleep as soon as they are idle. With the default (spin a while first), each
+# torch.set_num_threads() call (the memory tests measure on one thread, then restore two) leaves the
+# thread pool spinning between ops: every later test of many small ops (gradcheck) then ran 15-40x
+# slower on a busy 2-core machine. Read when torch loads, so it is set before any test imports it.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
 from pathlib import Path
 from types import SimpleNamespace
 
