@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from . import _backend as ops
-from . import linear_grad
+from . import fast, linear_grad
 from .attention import normalized, warn_nonpositive
 from .feature_maps import as_feature_map, require_exact_products
 
@@ -228,7 +228,10 @@ def decayed_linear_attention(
 
     Torch inputs that need a gradient train through :mod:`linattn_core.linear_grad` (O(N) memory)
     when there is one gate per token; per-channel gates train by autograd through the chosen form,
-    which keeps what it allocates (the chunked form: ``(C, C, d_phi)`` decay factors per chunk).
+    which keeps what it allocates (the chunked form here: ``(C, C, d_phi)`` decay factors per chunk).
+    For torch tensors the chunked form runs as :func:`linattn_core.fast.gated_chunked`, which writes
+    ``exp(b_i - b_j) = exp(b_i - r) exp(r - b_j)`` (``(C, d_phi)`` factors and one matrix product per
+    chunk) where no factor can overflow, and leaves the call to the log-space form here otherwise.
 
     Examples
     --------
@@ -259,8 +262,9 @@ def decayed_linear_attention(
         return be.to_output(out)  # training: O(N) memory
     if method == "recurrent":
         num, den, S, z = _recurrent(phi_q, phi_k, v, log_g)
-    else:
-        num, den, S, z = _chunked(phi_q, phi_k, v, log_g, chunk_size)
+    else:  # torch, gates per channel: the speed tier's factored scores where the gates allow them
+        found = fast.gated_chunked(phi_q, phi_k, v, log_g, chunk_size)
+        num, den, S, z = found if found is not None else _chunked(phi_q, phi_k, v, log_g, chunk_size)
     if normalize:
         warn_nonpositive(den, phi)
         out = normalized(num, den, eps)

@@ -20,10 +20,14 @@ allocates its few MiB of buffers, which glibc hands back from its heap the next 
 page faulted in afresh); a result too large for the heap is hinted onto huge pages (:mod:`.pages`).
 The backward pass has one fast form too: :func:`causal_backward`, the compiled kernel's gradients,
 which ``linear_grad`` asks for first (None where it does not apply: then its torch form runs).
+Gates per key channel (GLA) have one more: :func:`gated_chunked` (:mod:`.gated`), ``decay``'s chunked
+form with the scores of a chunk factored into two matrix products, for torch tensors on any device
+and with autograd (it is made of ordinary differentiable ops), where the gates allow it.
 This package imports from the rest only ``_backend`` and the feature-map classes; outside it,
-``linear`` calls :func:`linear_attention`, ``linear_grad`` :func:`causal_backward`, and the chapters,
-the benchmark and the tests reach the compiled kernel by its one name, :mod:`linattn_core.fast.kernel`
-(is it here, which instruction sets, switch it off, its C source).
+``linear`` calls :func:`linear_attention`, ``linear_grad`` :func:`causal_backward`, ``decay``
+:func:`gated_chunked`, and the chapters, the benchmark and the tests reach the compiled kernel by its
+one name, :mod:`linattn_core.fast.kernel` (is it here, which instruction sets, switch it off, its C
+source).
 """
 
 from __future__ import annotations
@@ -32,9 +36,9 @@ from typing import Any
 
 from .. import _backend as ops
 from ..feature_maps import FeatureMap, Identity
-from . import kernel, pages, torch_cpu
+from . import gated, kernel, pages, torch_cpu
 
-__all__ = ["causal_backward", "kernel", "linear_attention", "which"]
+__all__ = ["causal_backward", "gated_chunked", "kernel", "linear_attention", "which"]
 
 _FAST_MIN_N = 512  # the torch ops pay off from here; the compiled kernel at any length
 
@@ -100,3 +104,16 @@ def causal_backward(x_q: Any, x_k: Any, v: Any, dout: Any, phi: FeatureMap | Non
     Q, K, V, dO = (x.detach().reshape((-1, *x.shape[-2:])).contiguous() for x in (x_q, x_k, v, dout))
     dq, dk, dv = kernel.chunked_backward(Q, K, V, dO, runs, eps, min(chunk_size, int(Q.shape[1])), normalize)
     return dq.reshape(x_q.shape), dk.reshape(x_k.shape), dv.reshape(v.shape)
+
+
+def gated_chunked(phi_q: Any, phi_k: Any, v: Any, log_g: Any, chunk_size: int) -> tuple | None:
+    """``(num, den, S, z)`` of ``decay``'s chunked form with factored scores (:mod:`.gated`), or None where
+    it does not apply: numpy arrays, one gate per token (its log-space scores cost only ``C x C``
+    exponentials a chunk, and training gives it to ``linear_grad``), and gates that fall too fast
+    within a chunk for the factored products (:func:`.gated.factored_ok`).
+
+    phi_q, phi_k: (..., N, f) features, v: (..., N, d_v), log_g: (..., N, 1 or f), checked by ``decay``.
+    """
+    if not ops.is_torch(phi_q) or int(log_g.shape[-1]) == 1:
+        return None
+    return gated.chunked(phi_q, phi_k, v, log_g, chunk_size)
