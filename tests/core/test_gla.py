@@ -13,7 +13,7 @@ import pytest
 import torch
 from _tolerances import assert_close, to_numpy
 
-from linattn_core import get_feature_map
+from linattn_core import fast, get_feature_map
 from linattn_core.decay import decayed_kernel_attention, decayed_linear_attention
 
 LENGTHS = (1, 63, 64, 65, 200)
@@ -178,6 +178,42 @@ def test_gates_near_zero_over_a_long_sequence_stay_finite(dtype):
                          what=f"{key} vs recurrent, gates near 0")
     out = decayed_linear_attention(q, k, v, decay=gates, chunk_size=64)
     assert_close(out, outs["chunked", 64, True], dtype=dtype, what="decay=exp(log_decay)")
+
+
+# torch and gates per channel: the chunked form runs the speed tier's factored scores where a chunk's fall
+# R = -sum log g fits the dtype's exponent range (R <= log(max): float32 88.7, float64 709), else the
+# log-space form; both must be the reference, values and gradients. (dtype, log g of the steep channels,
+# which form runs)
+BRANCHES = [
+    (torch.float64, -0.3, "factored"),
+    (torch.float32, -0.3, "factored"),
+    (torch.float32, -5.5, "factored"),  # R = 15 * 5.5 = 82.5: the edge of float32's range
+    (torch.float32, -12.0, "log-space"),  # R = 180: the factors e^(+-90) overflow float32 ...
+    (torch.float64, -12.0, "factored"),  # ... but not float64
+    (torch.float64, -50.0, "log-space"),  # R = 750: e^(+-375) overflows float64
+]
+
+
+@pytest.mark.parametrize(("dtype", "steep", "form"), BRANCHES,
+                         ids=[f"{str(d)[6:]}-logg{s}-{f}" for d, s, f in BRANCHES])
+@pytest.mark.parametrize("normalize", [True, False], ids=["norm", "raw"])
+def test_per_channel_gates_take_the_factored_form_only_where_it_is_safe(dtype, steep, form, normalize):
+    chunk, n = 16, 70  # chunks of 16 tokens (GLA's), the last one short
+    q, k, v, gates, dout = _torch_inputs(n, seed=8)
+    log_g = torch.where(torch.arange(D) < D // 2, steep, gates.log())  # half the channels steep
+    low = [x.to(dtype).requires_grad_() for x in (q, k, v, log_g)]
+    ins = [x.detach().double().requires_grad_() for x in low]  # the reference sees the same rounded inputs
+    expected = decayed_kernel_attention(*ins[:3], log_decay=ins[3], normalize=normalize)
+    want = torch.autograd.grad(expected, ins, dout)
+    out = decayed_linear_attention(*low[:3], log_decay=low[3], normalize=normalize, method="chunked",
+                                   chunk_size=chunk)
+    got = torch.autograd.grad(out, low, dout.to(dtype))
+    assert out.dtype == dtype
+    assert_close(out, expected, dtype=dtype, what=f"out, {form}")
+    for name, a, b in zip(("q", "k", "v", "log_decay"), got, want, strict=True):
+        assert_close(a, b, dtype=dtype, what=f"d{name}, {form}")
+    declined = fast.gated_chunked(*low, chunk) is None  # the form is chosen by the gates alone
+    assert declined == (form == "log-space"), f"expected the {form} form to run"
 
 
 # --- gradients ---------------------------------------------------------------------------------------
