@@ -44,9 +44,9 @@ def _log_g(decay, gates):
     return torch.full_like(gates, math.log(0.8)) if decay == "constant" else gates.log()
 
 
-@pytest.fixture(params=[None, 3], ids=["one-block", "blocks-of-3-chunks"])
+@pytest.fixture
 def block_rows(request, monkeypatch):
-    """Whole sequences in one block, or blocks of 3 chunks (the carried states cross blocks)."""
+    """Whole sequences in one block (None), or blocks of 3 chunks (the carried states cross blocks)."""
     if request.param is not None:
         monkeypatch.setattr(linear_grad, "_blocks", _small_blocks(request.param))
     return request.param
@@ -61,8 +61,19 @@ def _small_blocks(chunks):
     return small
 
 
-@pytest.mark.parametrize("n", [1, 63, 64, 65, 200])
-@pytest.mark.parametrize("C", [16, 48])  # 48 divides none of the lengths; 16 divides 64
+def _splits():
+    """(n, C, blocks) where the split differs: 48 divides none of the lengths, 16 divides 64; blocks of
+    3 chunks only where the whole chunks make more than one such block, and one chunk size for n = 1
+    (its one chunk is its one token, whatever C): the other combinations split the sequence exactly as
+    one of these does."""
+    for n in (1, 63, 64, 65, 200):
+        for C in (16, 48) if n > 1 else (16,):
+            for blocks in (None, 3) if n // C > 3 else (None,):
+                split = "blocks-of-3-chunks" if blocks else "one-block"
+                yield pytest.param(n, C, blocks, id=f"{n}-{C}-{split}")
+
+
+@pytest.mark.parametrize(("n", "C", "block_rows"), list(_splits()), indirect=["block_rows"])
 @pytest.mark.parametrize("normalize", [True, False])
 @pytest.mark.parametrize("decay", [None, "constant", "gated"])
 def test_gradients_equal_autograd_through_the_reference(n, C, normalize, decay, block_rows):

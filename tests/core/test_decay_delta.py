@@ -73,11 +73,11 @@ def test_decay_long_sequence_stays_finite_in_float32():
     assert np.isfinite(out).all()
 
 
-@pytest.mark.parametrize("method", ["recurrent", "chunked"])
-def test_decay_gradcheck(method):
+def test_decay_gradcheck():
+    # gates that need a gradient train through linear_grad whatever the method: one method is enough
     q, k, v, gates, _ = _inputs(9)
     args = [torch.tensor(x, requires_grad=True) for x in (q, k, v, gates)]
-    fn = lambda a, b, c, g: decayed_linear_attention(a, b, c, decay=g, method=method, chunk_size=4)  # noqa: E731
+    fn = lambda a, b, c, g: decayed_linear_attention(a, b, c, decay=g, method="chunked", chunk_size=4)  # noqa: E731
     assert torch.autograd.gradcheck(fn, args)
 
 
