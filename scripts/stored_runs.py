@@ -3,6 +3,7 @@
     python scripts/stored_runs.py lm-sweep  [--workers 2] [--dry-run]   # learning rates, every layer
     python scripts/stored_runs.py lm-seeds  [--workers 2] [--dry-run]   # three seeds at each layer's rate
     python scripts/stored_runs.py mqar-sweep / mqar-seeds [--workers 2]  # the recall experiments
+    python scripts/stored_runs.py lm-sweep mqar-sweep                    # several plans: one queue
 
 Each job is one ``python -m linattn_core.train`` (or ``.mqar``) process on one thread, niced, writing
 one JSON into ``linattn_core/lm/results/`` (package data: the chapter reads it through
@@ -25,7 +26,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from linattn_core.lm import stored  # noqa: E402  (the repository's package)
+from linattn_core.lm import mqar, stored  # noqa: E402  (the repository's package)
 from linattn_core.lm.layers import LAYERS  # noqa: E402
 
 RESULTS = stored.directory()
@@ -34,6 +35,7 @@ LOGS = ROOT / ".cache" / "runs"
 SWEEP_LRS = ("1e-3", "3e-3", "1e-2")
 SWEEP_STEPS = 500
 SEEDS = (0, 1, 2)
+MQAR_SWEEP_WIDTH = 32  # the recall sweep's rates are tried at the middle width, seed 0
 # Relative cost of a training step, to start the longest jobs first (measured: tools/bench/layers.py).
 COST = {"gla": 2.4, "deltanet": 1.8, "deltanet_additive": 1.6}
 
@@ -59,7 +61,32 @@ def lm_seeds() -> list[tuple[list[str], Path]]:
     return jobs
 
 
-PLANS = {"lm-sweep": lm_sweep, "lm-seeds": lm_seeds}
+def mqar_sweep() -> list[tuple[list[str], Path]]:
+    preset = mqar.PRESETS["state"]
+    return [(["-m", "linattn_core.mqar", "--preset", "state", "--kinds", kind, "--widths",
+              str(MQAR_SWEEP_WIDTH), "--seeds", "0", "--lr", lr], RESULTS / f"mqar-sweep-{kind}-lr{lr}.json")
+            for kind in preset.kinds for lr in SWEEP_LRS]
+
+
+def mqar_seeds() -> list[tuple[list[str], Path]]:
+    preset = mqar.PRESETS["state"]
+    return [(["-m", "linattn_core.mqar", "--preset", "state", "--kinds", kind, "--widths", str(width),
+              "--seeds", str(seed), "--lr", stored.chosen_recall_lr(kind)],
+             RESULTS / f"mqar-{kind}-w{width}-seed{seed}.json")
+            for kind, width, _, seed in preset.runs()]
+
+
+PLANS = {"lm-sweep": lm_sweep, "lm-seeds": lm_seeds, "mqar-sweep": mqar_sweep, "mqar-seeds": mqar_seeds}
+
+
+def _kind(args: list[str]) -> str:
+    return args[args.index("--attention" if "--attention" in args else "--kinds") + 1]
+
+
+def _cost(args: list[str]) -> float:
+    """Relative time of a job: its layer's step cost, times the width for a recall run."""
+    width = int(args[args.index("--widths") + 1]) if "--widths" in args else 32
+    return COST.get(_kind(args), 1.0) * width
 
 
 def command(args: list[str], out: Path) -> list[str]:
@@ -79,16 +106,16 @@ def run(job: tuple[list[str], Path]) -> tuple[Path, int, float]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("plan", choices=sorted(PLANS))
+    parser.add_argument("plans", nargs="+", choices=sorted(PLANS), help="one queue of their jobs")
     parser.add_argument("--workers", type=int, default=2, help="processes at a time (one per core)")
     parser.add_argument("--dry-run", action="store_true", help="print the commands, run nothing")
     parser.add_argument("--kinds", nargs="+", choices=sorted(LAYERS), help="only these layers")
     args = parser.parse_args()
-    jobs = [j for j in PLANS[args.plan]() if not j[1].exists()]
+    jobs = [j for plan in args.plans for j in PLANS[plan]() if not j[1].exists()]
     if args.kinds:
-        jobs = [j for j in jobs if j[0][j[0].index("--attention") + 1] in args.kinds]
-    jobs.sort(key=lambda j: -COST.get(j[0][j[0].index("--attention") + 1], 1.0))
-    print(f"{args.plan}: {len(jobs)} jobs to run", flush=True)
+        jobs = [j for j in jobs if _kind(j[0]) in args.kinds]
+    jobs.sort(key=lambda j: -_cost(j[0]))
+    print(f"{' + '.join(args.plans)}: {len(jobs)} jobs to run", flush=True)
     if args.dry_run:
         for job in jobs:
             print(shlex.join(command(*job)))

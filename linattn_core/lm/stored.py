@@ -20,7 +20,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-__all__ = ["chosen_lr", "directory", "load", "names", "path", "sweep"]
+__all__ = ["chosen_lr", "chosen_recall_lr", "directory", "load", "names", "path", "recall_sweep", "sweep"]
 
 
 def directory() -> Path:
@@ -66,3 +66,19 @@ def chosen_lr(kind: str) -> str:
     """The rate of the layer's sweep with the lowest final validation loss, as written in its file name."""
     runs = sweep(kind)
     return min(runs, key=lambda lr: runs[lr]["final_val_loss"])
+
+
+def recall_sweep(kind: str) -> dict[str, dict[str, Any]]:
+    """The stored learning-rate sweep of one layer on the recall task: ``{rate as written: the run}``
+    from ``mqar-sweep-KIND-lrRATE.json`` (one run each, the same width and seed)."""
+    prefix = f"mqar-sweep-{kind}-lr"
+    runs = {name[len(prefix):-len(".json")]: load(name)["runs"][0] for name in names(f"{prefix}*.json")}
+    if not runs:
+        raise FileNotFoundError(f"no stored recall sweep for {kind!r} (files {prefix}*.json)")
+    return runs
+
+
+def chosen_recall_lr(kind: str) -> str:
+    """The rate of the layer's recall sweep with the highest final accuracy (then the lowest loss)."""
+    runs = recall_sweep(kind)
+    return max(runs, key=lambda lr: (runs[lr]["final_accuracy"], -runs[lr]["final_loss"]))
