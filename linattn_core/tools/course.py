@@ -4,12 +4,12 @@ Everything here reads :mod:`linattn_core.tools.exercises`, so the answer key, th
 shows in class and the autograder (``scripts/make_assignments.py``) all use the same checks the
 learners run. From a shell::
 
-    python -m linattn_core.tools.course answers                  # every exercise's solution, checked
-    python -m linattn_core.tools.course mistakes causal_cumsum   # its typical wrong answers and feedback
-    python -m linattn_core.tools.course mistakes                 # ... for every exercise
-    python -m linattn_core.tools.course rubrics                  # the open exercises' rubrics
+    python -m linattn_core.tools.course answers                      # every exercise's solution, checked
+    python -m linattn_core.tools.course mistakes causal_cumsum_mine  # its typical wrong answers, feedback
+    python -m linattn_core.tools.course mistakes                     # ... for every exercise
+    python -m linattn_core.tools.course rubrics                      # the open exercises' rubrics
 
-In a notebook, ``course.show_mistakes("causal_cumsum")`` prints the same, and
+In a notebook, ``course.show_mistakes("causal_cumsum_mine")`` prints the same, and
 ``course.quiz("causal")`` shows that chapter's exit ticket (``quizzes/causal.json`` beside this
 module, package data).
 """

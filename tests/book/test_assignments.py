@@ -141,7 +141,7 @@ def test_summative_notebooks_switch_solutions_off_and_limit_hints(tmp_path, caps
         ex.hint(2)
         out = capsys.readouterr().out
         assert "switched off" in out and "allows hints 1 to 1" in out
-        assert "def causal_cumsum" not in out
+        assert "def causal_cumsum_mine" not in out
     finally:
         exercises.formative()
     (formative,) = make_assignments.write_course(tmp_path / "f", ["causal"])[1:]

@@ -40,7 +40,7 @@ def test_answer_key_passes_its_check(name):
 def test_command_line_prints_key_mistakes_and_rubrics(capsys):
     assert course.main(["answers", "kv_cache_bytes"]) == 0
     assert "passes check()" in capsys.readouterr().out
-    for name in ("kv_cache_bytes", "softmax_attention"):
+    for name in ("kv_cache_bytes", "softmax_attention_mine"):
         assert course.main(["mistakes", name]) == 0
         out = capsys.readouterr().out
         ex = exercises.get(name)

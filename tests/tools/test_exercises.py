@@ -9,11 +9,15 @@ the mistake, or, where the input cannot tell, no single cause.
 
 from __future__ import annotations
 
+import importlib
+import importlib.util
+import inspect
 import re
 from pathlib import Path
 
 import numpy as np
 import pytest
+import yaml
 from _tolerances import assert_close
 
 import linattn_core
@@ -28,11 +32,13 @@ from linattn_core import (
 from linattn_core.tools import exercises
 from linattn_core.tools.exercises import CheckResult
 
+ROOT = Path(__file__).resolve().parents[2]
+BOOK = ROOT / "book"
 ALL = list(exercises.EXERCISES.values())
 IDS = [ex.name for ex in ALL]
 SOL = {ex.name: ex.solution_fn for ex in ALL}
 CHAPTER_PATHS = {
-    "softmax": {"exercises.softmax.attention", "exercises.softmax.score_matrix_bytes"},
+    "softmax": {"exercises.softmax.stable_attention", "exercises.softmax.score_matrix_bytes"},
     "associative": {"exercises.associative.quadratic_form",
                     "exercises.associative.associative_form", "exercises.associative.crossover"},
     "feature_maps": {"exercises.feature_maps.elu_plus_one"},
@@ -46,7 +52,7 @@ CHAPTER_PATHS = {
     "beyond_tour": {"exercises.beyond.normed_numerator"},
 }
 ARRAY = [ex for ex in ALL if ex.kind == "array"]
-CAUSAL_FORMS = {"causal_cumsum", "delta_loop", "chunked_causal", "normed_numerator"}  # N_q = N_k
+CAUSAL_FORMS = {"causal_cumsum_mine", "delta_loop", "chunked_causal", "normed_numerator"}  # N_q = N_k
 NO_DENOMINATOR = {"normed_numerator"}  # its output is normalized by its own size, not by phi(q).z
 ATTENTION = [ex for ex in ARRAY if ex.arg_names[:3] == ("q", "k", "v")]
 WITH_PHI = [ex for ex in ATTENTION if "phi" in ex.arg_names]
@@ -86,9 +92,107 @@ def test_paths_by_chapter():
     assert found == CHAPTER_PATHS
 
 
+def toc_pages() -> set[str]:
+    """Every page _toc.yml lists, as its file's stem under book/ (``book/causal`` -> ``causal``)."""
+    def files(node):
+        if isinstance(node, dict):
+            for key, value in node.items():
+                if key in ("file", "root") and isinstance(value, str):
+                    yield value
+                else:
+                    yield from files(value)
+        elif isinstance(node, list):
+            for item in node:
+                yield from files(item)
+
+    toc = yaml.safe_load((ROOT / "_toc.yml").read_text(encoding="utf-8"))
+    return {Path(f).with_suffix("").name for f in files(toc) if f.startswith("book/")}
+
+
+def test_toc_pages_are_the_book():
+    # the checks below mean something only if the table of contents was read
+    assert {"intro", "softmax", "causal", "beyond_decay", "beyond_delta", "beyond_tour", "training",
+            "kernel", "instructors"} <= toc_pages()
+    assert "beyond" not in toc_pages()
+
+
+@pytest.mark.parametrize("ex", [*ALL, *exercises.OPEN.values()],
+                         ids=[*IDS, *exercises.OPEN])
+def test_every_exercise_names_a_page_of_the_book(ex):
+    """``Exercise.chapter`` and ``OpenExercise.chapter`` are pages that exist and are in the book."""
+    assert (BOOK / f"{ex.chapter}.md").is_file(), f"{ex.chapter}.md is no file in book/"
+    assert ex.chapter in toc_pages(), f"{ex.chapter} is not listed in _toc.yml"
+
+
+@pytest.mark.parametrize("ex", ALL, ids=IDS)
+def test_every_exercise_is_checked_in_its_chapter(ex):
+    text = (BOOK / f"{ex.chapter}.md").read_text(encoding="utf-8")
+    assert f"{ex.path}.check({ex.fn_name})" in text, f"{ex.chapter}.md does not check {ex.path}"
+
+
+@pytest.mark.parametrize("label", list(exercises.OPEN))
+def test_every_open_exercise_is_in_its_chapter(label):
+    ex = exercises.OPEN[label]
+    text = (BOOK / f"{ex.chapter}.md").read_text(encoding="utf-8")
+    block = re.search(rf"```{{exercise}} ([^\n]*)\n:label: {re.escape(label)}\n", text)
+    assert block, f"{ex.chapter}.md has no exercise labelled {label}"
+    assert block.group(1).strip() == ex.title, f"{label}: the chapter calls it {block.group(1)!r}"
+    assert ex.rubric and ex.points > 0 and ex.model_answer.strip(), f"{label} has no rubric"
+
+
 def test_package_docstring_lists_every_exercise():
     for ex in ALL:
         assert re.search(rf"{re.escape(ex.path)}\s+{ex.name}\n", exercises.__doc__), ex.path
+
+
+def _load_drawing():
+    spec = importlib.util.spec_from_file_location("draw_imports", ROOT / "scripts" / "draw_imports.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def library_names() -> tuple[set[str], set[str]]:
+    """What a reader can import from the library: its core API, and every module's name.
+
+    The core API is the package's ``__all__``, each core module's ``__all__`` and every public
+    function and class a core module defines (``linear.causal_cumsum`` too, which ``__all__``
+    leaves out); the modules are every module and subpackage of ``linattn_core``, tools included.
+    """
+    draw = _load_drawing()
+    api = set(linattn_core.__all__)
+    for name, tier in draw.tiers().items():
+        if tier != "core":
+            continue
+        module = importlib.import_module(name)
+        api |= set(module.__all__)
+        api |= {n for n, obj in vars(module).items() if not n.startswith("_")
+                and (inspect.isfunction(obj) or inspect.isclass(obj)) and obj.__module__ == name}
+    modules = {part for name in draw.modules() for part in name.split(".")[1:]}  # folders too
+    return api, modules
+
+
+def test_library_names_see_the_core_api_and_the_modules():
+    # the check below means something only if these sets hold what a reader imports
+    api, modules = library_names()
+    assert {"softmax_attention", "kernel_attention", "linear_attention", "LinearAttentionState",
+            "decayed_linear_attention", "causal_cumsum", "recall_errors"} <= api
+    assert {"attention", "linear", "feature_maps", "performer", "decay", "streaming", "fast", "lm",
+            "tools", "exercises", "softmax"} <= modules
+
+
+def test_no_exercise_is_named_like_the_library_a_module_or_a_builtin():
+    """Neither an exercise's name (``get(name)``, the function the reader writes) nor its attribute
+    (``exercises.<chapter>.<attribute>``) hides a name the reader imports."""
+    import builtins
+
+    api, modules = library_names()
+    taken = api | modules | set(dir(builtins))
+    for ex in ALL:
+        attribute = ex.path.rsplit(".", 1)[-1]
+        assert ex.name not in taken, f"the exercise {ex.name} is named like the library's {ex.name}"
+        assert attribute not in taken, f"{ex.path} is named like the library's {attribute}"
+        assert ex.name == ex.fn_name, f"{ex.path}: get({ex.name!r}) checks {ex.fn_name}"
 
 
 def test_star_import_shadows_no_library_function_and_no_builtin():
@@ -98,15 +202,14 @@ def test_star_import_shadows_no_library_function_and_no_builtin():
     exec("from linattn_core.tools.exercises import *", namespace)
     names = set(namespace) - {"__builtins__"}
     assert names == set(exercises.__all__)
-    assert not names & set(dir(builtins))
-    assert not names & set(linattn_core.__all__)
-    assert not names & {"softmax", "feature_maps", "attention", "linear"}  # no module names
+    api, modules = library_names()
+    assert not names & (set(dir(builtins)) | api | modules)
     for ex in ALL:
         assert ex.name not in names
 
 
 def test_exercises_are_reached_by_chapter_or_by_name(capsys):
-    assert exercises.get("causal_cumsum") is exercises.causal.prefix_sums
+    assert exercises.get("causal_cumsum_mine") is exercises.causal.prefix_sums
     assert "softmax_attention" not in exercises.__all__ and "list" not in exercises.__all__
     exercises.catalogue()
     assert "exercises.causal.prefix_sums" in capsys.readouterr().out
@@ -121,6 +224,14 @@ def test_solution_passes(ex, capsys):
     ok, out = run_check(ex, ex.solution_fn, capsys)
     assert ok, out
     assert out.startswith("Correct!"), out
+
+
+def test_exact_capacity_says_exact_with_a_linear_read_out(capsys):
+    # as the trade-offs chapter says: the d_phi pairs come back exactly through S^T phi(k), not
+    # through every possible read-out of a state of that size
+    ex = exercises.tradeoffs.exact_capacity
+    ok, out = run_check(ex, ex.solution_fn, capsys)
+    assert ok and "d_phi pairs exactly, with a linear read-out" in out, out
 
 
 @pytest.mark.parametrize("ex", ALL, ids=IDS)
@@ -284,7 +395,7 @@ def sm_weights(q, k, v):
 
 
 def sm_float32(q, k, v):
-    return SOL["softmax_attention"](q, k, v).astype(np.float32)
+    return SOL["softmax_attention_mine"](q, k, v).astype(np.float32)
 
 
 def elu_where(x):
@@ -329,7 +440,7 @@ def aa_unnormalized(q, k, v, phi):
 
 
 def aa_quadratic(q, k, v, phi):
-    return SOL["kernel_attention"](q, k, v, phi)
+    return SOL["kernel_attention_mine"](q, k, v, phi)
 
 
 def aa_raw_k(q, k, v, phi):
@@ -515,12 +626,12 @@ def sm_fixed_two(q, k, v):  # sqrt(4), right only at the examples' d = 4
 
 
 def sm_squeeze(q, k, v):
-    return SOL["softmax_attention"](q, k, v).squeeze()
+    return SOL["softmax_attention_mine"](q, k, v).squeeze()
 
 
 def sm_square_only(q, k, v):  # assumes N_q == N_k
     n = q.shape[-2]
-    return SOL["softmax_attention"](q, k[..., :n, :], v[..., :n, :])
+    return SOL["softmax_attention_mine"](q, k[..., :n, :], v[..., :n, :])
 
 
 def ka_no_clamp(q, k, v, phi):
@@ -577,32 +688,32 @@ def ss_no_clamp(S, z, q_t, k_t, v_t, phi):
 
 
 WRONG = [
-    ("softmax_attention", sm_no_scale, "forgot the 1/sqrt(d) scale"),
-    ("softmax_attention", sm_unstable, "not numerically stable"),
-    ("softmax_attention", sm_dot_T, "works without batch dimensions"),
-    ("softmax_attention", sm_einsum_2d, "works without batch dimensions"),
-    ("softmax_attention", sm_wrong_axis, "normalized over the wrong axis"),
-    ("softmax_attention", sm_global_max, "maximum of the whole score array"),
-    ("softmax_attention", sm_whole_matrix, "normalized over the whole score matrix"),
-    ("softmax_attention", sm_dv_scale, "1/sqrt(d_v)"),
-    ("softmax_attention", sm_weights, "returned the attention weights"),
-    ("softmax_attention", sm_float32, "that is float32 rounding"),
-    ("softmax_attention", sm_no_keepdims, "without keepdims=True"),
-    ("softmax_attention", sm_fixed_two, "fixed 2"),
-    ("softmax_attention", sm_squeeze, "expected (1, 3), got (3,)"),
-    ("softmax_attention", sm_square_only, "Input #5 of 8 (cross-attention"),
+    ("softmax_attention_mine", sm_no_scale, "forgot the 1/sqrt(d) scale"),
+    ("softmax_attention_mine", sm_unstable, "not numerically stable"),
+    ("softmax_attention_mine", sm_dot_T, "works without batch dimensions"),
+    ("softmax_attention_mine", sm_einsum_2d, "works without batch dimensions"),
+    ("softmax_attention_mine", sm_wrong_axis, "normalized over the wrong axis"),
+    ("softmax_attention_mine", sm_global_max, "maximum of the whole score array"),
+    ("softmax_attention_mine", sm_whole_matrix, "normalized over the whole score matrix"),
+    ("softmax_attention_mine", sm_dv_scale, "1/sqrt(d_v)"),
+    ("softmax_attention_mine", sm_weights, "returned the attention weights"),
+    ("softmax_attention_mine", sm_float32, "that is float32 rounding"),
+    ("softmax_attention_mine", sm_no_keepdims, "without keepdims=True"),
+    ("softmax_attention_mine", sm_fixed_two, "fixed 2"),
+    ("softmax_attention_mine", sm_squeeze, "expected (1, 3), got (3,)"),
+    ("softmax_attention_mine", sm_square_only, "Input #5 of 8 (cross-attention"),
     ("score_matrix_bytes", smb_no_square, "N**2"),
     ("score_matrix_bytes", smb_no_heads, "multiply by batch_heads"),
     ("score_matrix_bytes", smb_float, "but a float"),
     ("score_matrix_bytes", smb_int32, "integer overflow"),
     ("score_matrix_bytes", smb_mib, "you returned MiB"),
-    ("kernel_attention", ka_unnormalized, "forgot the normalizer"),
-    ("kernel_attention", ka_columns, "normalized the columns"),
-    ("kernel_attention", ka_no_phi, "you left out phi"),
-    ("kernel_attention", ka_softmax, "that is softmax attention"),
-    ("kernel_attention", ka_no_clamp, "did not clamp the denominator"),
-    ("kernel_attention", ka_plus_eps, "added eps (den + 1e-6) instead of clamping"),
-    ("kernel_attention", ka_no_phi_q, "did not apply phi to q"),
+    ("kernel_attention_mine", ka_unnormalized, "forgot the normalizer"),
+    ("kernel_attention_mine", ka_columns, "normalized the columns"),
+    ("kernel_attention_mine", ka_no_phi, "you left out phi"),
+    ("kernel_attention_mine", ka_softmax, "that is softmax attention"),
+    ("kernel_attention_mine", ka_no_clamp, "did not clamp the denominator"),
+    ("kernel_attention_mine", ka_plus_eps, "added eps (den + 1e-6) instead of clamping"),
+    ("kernel_attention_mine", ka_no_phi_q, "did not apply phi to q"),
     ("associative_attention", aa_no_phi_q, "did not apply phi to q"),
     ("associative_attention", aa_z_wrong_axis, "z is summed over the wrong axis"),
     ("associative_attention", aa_no_clamp, "did not clamp the denominator"),
@@ -619,14 +730,14 @@ WRONG = [
     ("performer_features", pf_stabilised, "you stabilised"),
     ("performer_features", pf_untransposed, "projection.T"),
     ("performer_features", pf_fixed_d, "fixed 4^(-1/4)"),
-    ("causal_cumsum", cc_strict, "strictly-causal"),
-    ("causal_cumsum", cc_strict_unclamped, "strictly-causal"),
-    ("causal_cumsum", cc_noncausal, "non-causal attention"),
-    ("causal_cumsum", cc_unnormalized, "forgot the normalizer"),
-    ("causal_cumsum", cc_masked_quadratic, "N x N matrix"),
-    ("causal_cumsum", cc_axis0, "over axis 0"),
-    ("causal_cumsum", cc_no_phi_q, "did not apply phi to q"),
-    ("causal_cumsum", cc_no_clamp, "did not clamp the denominator"),
+    ("causal_cumsum_mine", cc_strict, "strictly-causal"),
+    ("causal_cumsum_mine", cc_strict_unclamped, "strictly-causal"),
+    ("causal_cumsum_mine", cc_noncausal, "non-causal attention"),
+    ("causal_cumsum_mine", cc_unnormalized, "forgot the normalizer"),
+    ("causal_cumsum_mine", cc_masked_quadratic, "N x N matrix"),
+    ("causal_cumsum_mine", cc_axis0, "over axis 0"),
+    ("causal_cumsum_mine", cc_no_phi_q, "did not apply phi to q"),
+    ("causal_cumsum_mine", cc_no_clamp, "did not clamp the denominator"),
     ("streaming_step", ss_query_first, "before adding the current token"),
     ("streaming_step", ss_inplace, "in place"),
     ("streaming_step", ss_transposed, "wrong way round"),
@@ -941,7 +1052,7 @@ def test_torch_quadratic_memory_is_seen(capsys):
     def torch_mask(q, k, v, phi):
         n = q.shape[-2]
         mask = torch.ones(n, n, dtype=torch.bool).tril()       # N x N booleans, unused
-        return SOL["causal_cumsum"](q, k, v, phi) + 0 * int(mask.sum())
+        return SOL["causal_cumsum_mine"](q, k, v, phi) + 0 * int(mask.sum())
 
     for ex, fn in [(exercises.associative.associative_form, torch_quadratic),
                    (exercises.causal.prefix_sums, torch_mask)]:
@@ -952,7 +1063,7 @@ def test_torch_quadratic_memory_is_seen(capsys):
 def test_numpy_boolean_mask_is_seen(capsys):
     def with_mask(q, k, v, phi):
         mask = np.tril(np.ones((q.shape[-2], q.shape[-2]), dtype=bool))  # N x N, unused
-        return SOL["causal_cumsum"](q, k, v, phi) + 0 * mask.sum()
+        return SOL["causal_cumsum_mine"](q, k, v, phi) + 0 * mask.sum()
 
     ok, out = run_check(exercises.causal.prefix_sums, with_mask, capsys)
     assert not ok and "Almost!" in out and "N x N" in out
@@ -1052,12 +1163,12 @@ def test_check_restores_nothing_global(capsys):
     def rude(q, k, v):
         np.seterr(all="raise")
         warnings.simplefilter("error")
-        return SOL["softmax_attention"](q, k, v)
+        return SOL["softmax_attention_mine"](q, k, v)
 
     before, filters = np.geterr(), list(warnings.filters)
     run_check(exercises.associative.associative_form, SOL["associative_attention"], capsys)
-    run_check(exercises.softmax.attention, sm_unstable, capsys)
-    run_check(exercises.softmax.attention, rude, capsys)
+    run_check(exercises.softmax.stable_attention, sm_unstable, capsys)
+    run_check(exercises.softmax.stable_attention, rude, capsys)
     assert np.geterr() == before
     assert list(warnings.filters) == filters
     assert not tracemalloc.is_tracing()
@@ -1068,12 +1179,12 @@ def test_check_restores_nothing_global(capsys):
 # --------------------------------------------------------------------------------------------------
 def test_wrong_values_report_position_and_size(capsys):
     def off_in_one_place(q, k, v):
-        out = SOL["softmax_attention"](q, k, v)
+        out = SOL["softmax_attention_mine"](q, k, v)
         if out.shape[-2] >= 7:  # wrong only from the third input (N = 7) on
             out[..., 6, 1] += 0.25
         return out
 
-    ok, out = run_check(exercises.softmax.attention, off_in_one_place, capsys)
+    ok, out = run_check(exercises.softmax.stable_attention, off_in_one_place, capsys)
     assert not ok
     assert "Input #3 of 8" in out and "first at index [6, 1]" in out
     assert "largest error |got - expected| = 2.50e-01" in out
@@ -1084,9 +1195,9 @@ def test_wrong_values_report_position_and_size(capsys):
 
 def test_wrong_shape_names_both_shapes(capsys):
     def squeezed(q, k, v):
-        return SOL["softmax_attention"](q, k, v)[..., 0]
+        return SOL["softmax_attention_mine"](q, k, v)[..., 0]
 
-    ok, out = run_check(exercises.softmax.attention, squeezed, capsys)
+    ok, out = run_check(exercises.softmax.stable_attention, squeezed, capsys)
     assert not ok
     assert "expected (5, 3), got (5,)" in out
 
@@ -1095,21 +1206,21 @@ def test_one_token_ambiguity_lists_every_cause(capsys):
     # With one key, every weighting of the keys gives v: a softmax that is wrong only on one token
     # must not be blamed on any one softmax mistake.
     def wrong_on_one_token(q, k, v):
-        out = SOL["softmax_attention"](q, k, v)
+        out = SOL["softmax_attention_mine"](q, k, v)
         return out * 2 if q.shape[-2] == 1 else out
 
-    ok, out = run_check(exercises.softmax.attention, wrong_on_one_token, capsys)
+    ok, out = run_check(exercises.softmax.stable_attention, wrong_on_one_token, capsys)
     assert not ok and "Input #2 of 8 (one token" in out
     assert "Likely cause" not in out and "cannot tell" not in out
 
 
 def test_batch_advice_only_when_a_slice_is_right(capsys):
-    ex = exercises.softmax.attention
+    ex = exercises.softmax.stable_attention
     batched = next(c for c in ex.cases() if c.batch_ndim == 2)
     first = batched.args[0].flat[0]
 
     def wrong_on_its_first_slice(q, k, v):  # wrong on the batch and on its slice [0, 0]
-        out = SOL["softmax_attention"](q, k, v)
+        out = SOL["softmax_attention_mine"](q, k, v)
         return out + 1 if q.flat[0] == first else out
 
     ok, out = run_check(ex, wrong_on_its_first_slice, capsys)
@@ -1117,7 +1228,7 @@ def test_batch_advice_only_when_a_slice_is_right(capsys):
     assert "right on one slice" not in out
 
     def wrong_only_batched(q, k, v):
-        out = SOL["softmax_attention"](q, k, v)
+        out = SOL["softmax_attention_mine"](q, k, v)
         return out + 1 if q.ndim > 2 else out
 
     ok, out = run_check(ex, wrong_only_batched, capsys)
@@ -1126,7 +1237,7 @@ def test_batch_advice_only_when_a_slice_is_right(capsys):
     def raises_on_its_first_slice(q, k, v):
         if q.flat[0] == first:
             raise ValueError("something unrelated to batches")
-        return SOL["softmax_attention"](q, k, v)
+        return SOL["softmax_attention_mine"](q, k, v)
 
     ok, out = run_check(ex, raises_on_its_first_slice, capsys)
     assert not ok and "raised ValueError" in out
@@ -1134,7 +1245,7 @@ def test_batch_advice_only_when_a_slice_is_right(capsys):
 
 
 def test_structured_arrays_are_not_numbers(capsys):
-    ex = exercises.softmax.attention
+    ex = exercises.softmax.stable_attention
     ok, out = run_check(ex, lambda q, k, v: np.zeros((5, 3), dtype=[("a", "f8"), ("b", "i4")]),
                         capsys)
     assert not ok and "expected numbers" in out
@@ -1182,11 +1293,11 @@ def test_solutions_agree_with_the_quadratic_reference():
     q, k = rng.standard_normal((2, 2, 3, 9, 4))
     v = rng.standard_normal((2, 3, 9, 5))
     phi = get_feature_map("elu+1")
-    for causal, name in [(False, "kernel_attention"), (False, "associative_attention"),
-                         (True, "causal_cumsum")]:
+    for causal, name in [(False, "kernel_attention_mine"), (False, "associative_attention"),
+                         (True, "causal_cumsum_mine")]:
         assert_close(SOL[name](q, k, v, phi), kernel_attention(q, k, v, phi, causal=causal),
                      what=name)
-    assert_close(SOL["softmax_attention"](q, k, v), softmax_attention(q, k, v), what="softmax")
+    assert_close(SOL["softmax_attention_mine"](q, k, v), softmax_attention(q, k, v), what="softmax")
 
 
 @pytest.mark.parametrize(("d_phi", "d_v"), [(64, 64), (256, 64), (16, 128), (7, 3), (1, 1)])
@@ -1264,7 +1375,6 @@ def test_clamped_normalize_is_the_library_clamp():
 # --------------------------------------------------------------------------------------------------
 # The chapters' exercise cells: stubs show feedback, solutions assert, every name resolves
 # --------------------------------------------------------------------------------------------------
-BOOK = Path(__file__).resolve().parents[2] / "book"
 CALL = re.compile(r"(exercises(?:\.\w+)+)\.(check|hint|solution)\(")
 
 
@@ -1382,7 +1492,7 @@ def test_library_shortcut_has_the_right_numbers_and_is_refused(ex, capsys):
 
 
 def test_at_least_the_attention_exercises_have_a_shortcut():
-    assert {"softmax_attention", "kernel_attention", "associative_attention", "causal_cumsum",
+    assert {"softmax_attention_mine", "kernel_attention_mine", "associative_attention", "causal_cumsum_mine",
             "streaming_step", "chunked_causal", "decay_step", "delta_loop",
             "normed_numerator"} <= {ex.name for ex in SHORTCUTS}
 
@@ -1454,7 +1564,7 @@ def decay_via_decayed(S, z, q_t, k_t, v_t, g, phi):
 
 
 @pytest.mark.parametrize(("name", "fn", "called"), [
-    ("softmax_attention", softmax_via_method, "linattn_core.KVCache"),
+    ("softmax_attention_mine", softmax_via_method, "linattn_core.KVCache"),
     ("decay_step", decay_via_decayed, "linattn_core.decay.decayed_linear_attention"),
 ])
 def test_states_and_decays_are_library_calls_too(name, fn, called, capsys):
@@ -1497,7 +1607,7 @@ def test_deep_recursion_is_reported_as_such_not_as_tampering(capsys):
     def recursive(*args):
         return recursive(*args)
 
-    ok, out = run_check(exercises.softmax.attention, recursive, capsys)
+    ok, out = run_check(exercises.softmax.stable_attention, recursive, capsys)
     assert not ok and "raised RecursionError" in out and "watch" not in out, out
 
 
@@ -1509,7 +1619,7 @@ def test_summative_mode_switches_solution_off_and_limits_hints(practice, capsys)
     exercises.summative(max_hints=1)
     ex.solution()
     out = capsys.readouterr().out
-    assert "switched off" in out and "def causal_cumsum" not in out
+    assert "switched off" in out and "def causal_cumsum_mine" not in out
     ex.hint(1)
     assert capsys.readouterr().out.startswith(f"Hint 1 of {len(ex.hints)}:")
     ex.hint(3)
@@ -1523,7 +1633,7 @@ def test_summative_mode_switches_solution_off_and_limits_hints(practice, capsys)
     assert not ok and "Stuck?" not in out  # no pointer to hints that are off
     exercises.formative()
     ex.solution()
-    assert capsys.readouterr().out.startswith("def causal_cumsum(")
+    assert capsys.readouterr().out.startswith("def causal_cumsum_mine(")
     for bad in (-1, 1.5, True, "2"):
         with pytest.raises(ValueError, match="max_hints"):
             exercises.summative(max_hints=bad)
@@ -1544,7 +1654,7 @@ def test_summative_mode_refuses_the_kits_own_solution(ex, practice, capsys):
 # --------------------------------------------------------------------------------------------------
 # Clamps: |den| is not den, and no clamp at all is caught wherever the task computes one
 # --------------------------------------------------------------------------------------------------
-CLAMPED = ["kernel_attention", "associative_attention", "causal_cumsum", "chunked_causal",
+CLAMPED = ["kernel_attention_mine", "associative_attention", "causal_cumsum_mine", "chunked_causal",
            "streaming_step", "decay_step"]
 
 
@@ -1664,7 +1774,7 @@ def test_an_o_n_c_chunked_answer_passes_the_memory_check(capsys):
 
 
 @pytest.mark.parametrize(("name", "fn"), [("associative_attention", aa_quadratic),
-                                          ("causal_cumsum", cc_masked_quadratic)])
+                                          ("causal_cumsum_mine", cc_masked_quadratic)])
 def test_an_n_by_n_answer_fails_the_memory_check_with_its_growth(name, fn, capsys):
     ok, out = run_check(exercises.get(name), fn, capsys)
     assert not ok and "Almost!" in out and "grows like N^2" in out, out

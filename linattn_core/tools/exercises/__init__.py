@@ -4,26 +4,26 @@ Each chapter's exercises are attributes of its module; in a notebook::
 
     from linattn_core.tools import exercises
 
-    def causal_cumsum(q, k, v, phi):
+    def causal_cumsum_mine(q, k, v, phi):
         ...  # your code here
 
-    exercises.causal.prefix_sums.check(causal_cumsum)  # prints feedback; truthy if right
-    exercises.causal.prefix_sums.hint(1)               # hint 1, 2, ... (more and more explicit)
-    exercises.causal.prefix_sums.solution()            # prints a reference solution
-    exercises.get("causal_cumsum")                     # the same exercise, by its name
-    exercises.catalogue()                              # all exercises, by chapter
+    exercises.causal.prefix_sums.check(causal_cumsum_mine)  # prints feedback; truthy if right
+    exercises.causal.prefix_sums.hint(1)       # hint 1, 2, ... (more and more explicit)
+    exercises.causal.prefix_sums.solution()    # prints a reference solution
+    exercises.get("causal_cumsum_mine")        # the same exercise, by its name
+    exercises.catalogue()                      # all exercises, by chapter
 
-The exercises, by module (the attribute, then its name for ``get``; ``Exercise.chapter`` is the
-chapter file that asks it)::
+The exercises, by module (the attribute, then its name for ``get``: the function the reader
+writes; ``Exercise.chapter`` is the chapter file that asks it)::
 
-    softmax       exercises.softmax.attention                softmax_attention
+    softmax       exercises.softmax.stable_attention         softmax_attention_mine
                   exercises.softmax.score_matrix_bytes       score_matrix_bytes
-    associative   exercises.associative.quadratic_form       kernel_attention
+    associative   exercises.associative.quadratic_form       kernel_attention_mine
                   exercises.associative.associative_form     associative_attention
                   exercises.associative.crossover            crossover_length
     feature_maps  exercises.feature_maps.elu_plus_one        elu_plus_one
                   exercises.feature_maps.performer_features  performer_features
-    causal        exercises.causal.prefix_sums               causal_cumsum
+    causal        exercises.causal.prefix_sums               causal_cumsum_mine
                   exercises.causal.streaming_step            streaming_step
                   exercises.causal.chunked_form              chunked_causal
     tradeoffs     exercises.tradeoffs.clamped_normalize      clamped_normalize
@@ -48,8 +48,10 @@ For graded work, ``exercises.summative(max_hints=1)`` switches ``solution()`` of
 switches everything back on (``scripts/make_assignments.py --summative`` writes notebooks that do
 this). The open exercises, graded by hand, are :data:`OPEN` with their rubrics.
 
-No exercise is named like a library function or a builtin, so ``from linattn_core.tools.exercises
-import *`` hides nothing; the chapter modules are not in ``__all__`` either.
+No exercise, by its name or its attribute, is named like a function, class or module of the
+library or a builtin (where the library has the function, the reader's is ``..._mine``), so a
+reader's own version hides nothing they import, and ``from linattn_core.tools.exercises import *``
+hides nothing; the chapter modules are not in ``__all__`` either.
 """
 
 from __future__ import annotations
@@ -71,7 +73,7 @@ EXERCISES: dict[str, Exercise] = {
 
 
 def get(name: str) -> Exercise:
-    """The exercise called ``name`` (see :data:`EXERCISES`), e.g. ``get("causal_cumsum")``."""
+    """The exercise called ``name`` (see :data:`EXERCISES`), e.g. ``get("causal_cumsum_mine")``."""
     try:
         return EXERCISES[name]
     except (KeyError, TypeError):

@@ -108,7 +108,7 @@ _SHAPE_ADVICE = ("Check the shapes: phi(q) is (..., N_q, d_phi) and phi(k) (...,
                  "z = phi(k).sum(axis=-2) is (..., d_phi) (summed over the tokens).")
 
 quadratic_form = Exercise(
-    name="kernel_attention",
+    name="kernel_attention_mine",
     path="exercises.associative.quadratic_form",
     fn_name="kernel_attention_mine",
     chapter="associative",

@@ -77,13 +77,13 @@ _NO_PHI_Q = ("you did not apply phi to q: the prefix states are built from phi(k
              "queried with phi(q_t), not q_t.")
 
 prefix_sums = Exercise(
-    name="causal_cumsum",
+    name="causal_cumsum_mine",
     path="exercises.causal.prefix_sums",
-    fn_name="causal_cumsum",
+    fn_name="causal_cumsum_mine",
     chapter="causal",
     title="Causal linear attention with prefix sums",
     task="""
-        Write `causal_cumsum(q, k, v, phi)` for q, k: (..., N, d), v: (..., N, d_v), returning
+        Write `causal_cumsum_mine(q, k, v, phi)` for q, k: (..., N, d), v: (..., N, d_v), returning
         (..., N, d_v) where token t attends to tokens 0..t (itself included, so y_0 = v_0):
         S_t = sum_{j<=t} phi(k_j) v_j^T, z_t = sum_{j<=t} phi(k_j),
         y_t = phi(q_t)^T S_t / max(phi(q_t) . z_t, 1e-6). Use prefix sums (np.cumsum), no N x N

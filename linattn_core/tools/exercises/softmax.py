@@ -1,4 +1,4 @@
-"""Exercises of the softmax chapter: ``attention`` and ``score_matrix_bytes``."""
+"""Exercises of the softmax chapter: ``stable_attention`` and ``score_matrix_bytes``."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from ._numpy import FLOAT_COUNT, causal_mask, float32_count, float64_count, soft
 from .checker import Exercise, Mistake
 from .inputs import Case, attention_cases, qkv
 
-__all__ = ["attention", "score_matrix_bytes"]
+__all__ = ["score_matrix_bytes", "stable_attention"]
 
 
 def _solution_attention(q, k, v):
@@ -109,9 +109,9 @@ def _attention_mistakes() -> list:
     ]
 
 
-attention = Exercise(
-    name="softmax_attention",
-    path="exercises.softmax.attention",
+stable_attention = Exercise(
+    name="softmax_attention_mine",
+    path="exercises.softmax.stable_attention",
     fn_name="softmax_attention_mine",
     chapter="softmax",
     title="Softmax attention, numerically stable, with batch dimensions",

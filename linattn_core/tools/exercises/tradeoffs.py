@@ -188,11 +188,11 @@ exact_capacity = Exercise(
     title="Predict it first: how many pairs can a state recall exactly?",
     task="""
         Before running anything, predict: a memory stores n random key-value pairs (keys with
-        d_phi features, values with d_v entries) in a state S of shape d_phi x d_v, written in
-        the best possible way (the least-squares state). What is the largest n for which every
-        stored value can come back exactly? Write `exact_capacity(d_phi, d_v)` returning that n
-        as an int. check() uses d_phi != d_v in both directions; then the solution runs the
-        experiment to test the prediction.
+        d_phi features, values with d_v entries) in a state S of shape d_phi x d_v, read out
+        linearly (S^T phi(k)) and written in the best possible way (the least-squares state).
+        What is the largest n for which every stored value can come back exactly? Write
+        `exact_capacity(d_phi, d_v)` returning that n as an int. check() uses d_phi != d_v in
+        both directions; then the solution runs the experiment to test the prediction.
     """,
     arg_names=("d_phi", "d_v"),
     cases=lambda: [Case("d_phi = 16, d_v = 8", (16, 8)), Case("d_phi = 8, d_v = 64", (8, 64)),
@@ -225,6 +225,7 @@ exact_capacity = Exercise(
     ],
     difficulty=1,
     minutes=5,
-    success="The best state holds exactly d_phi pairs, whatever d_v is; linear attention's sum of "
-            "outer products is exact only when the keys' features are orthonormal.",
+    success="The best state holds d_phi pairs exactly, with a linear read-out (S^T phi(k)), "
+            "whatever d_v is; linear attention's sum of outer products is exact only when the "
+            "keys' features are orthonormal.",
 )
