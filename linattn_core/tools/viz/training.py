@@ -1,0 +1,160 @@
+"""Figures of the training chapter: learning-rate sweeps, seeds with their spread, contrasts, recall.
+
+Pure builders: each takes the stored runs (the JSON dicts of ``python -m linattn_core.train`` and
+``python -m linattn_core.mqar``) and returns a ``plotly.graph_objects.Figure``. A layer keeps one
+colour in every figure; the two layers of a contrast share it, the variant dotted (``retnet`` solid,
+``retnet_no_decay`` dotted; ``deltanet`` solid, ``deltanet_additive`` dotted).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import plotly.graph_objects as go
+
+from .style import finish, legend_below, log_axis
+
+__all__ = ["LAYER_STYLE", "contrast_figure", "lr_sweep_figure", "recall_state_figure", "seed_curves_figure",
+           "style_of"]
+
+# colour-blind-safe (Okabe-Ito and its darker companions), one per layer; a contrast's pair shares it
+LAYER_STYLE: dict[str, tuple[str, str]] = {
+    "softmax": ("#000000", "solid"),
+    "elu+1": ("#0072B2", "solid"),
+    "relu": ("#56B4E9", "solid"),
+    "performer": ("#CC79A7", "solid"),
+    "retnet": ("#D55E00", "solid"),
+    "retnet_no_decay": ("#D55E00", "dot"),
+    "simple_gla": ("#E69F00", "solid"),
+    "gla": ("#A06A00", "solid"),
+    "deltanet": ("#009E73", "solid"),
+    "deltanet_additive": ("#009E73", "dot"),
+}
+
+
+def style_of(kind: str) -> tuple[str, str]:
+    """``(colour, dash)`` of a layer (grey for a name the table does not know)."""
+    return LAYER_STYLE.get(kind, ("#666666", "dash"))
+
+
+def _rgba(colour: str, alpha: float) -> str:
+    r, g, b = (int(colour[i : i + 2], 16) for i in (1, 3, 5))
+    return f"rgba({r},{g},{b},{alpha})"
+
+
+def lr_sweep_figure(sweeps: Mapping[str, Mapping[str, Mapping]], chosen: Mapping[str, str], *,
+                    key: str = "final_val_loss", y_title: str = "validation loss after the sweep (nats/char)",
+                    title: str | None = None) -> go.Figure:
+    """Final ``key`` against the learning rate, one line per layer, the chosen rate ringed.
+
+    ``sweeps``: ``{kind: {rate as written: run}}`` (:func:`linattn_core.lm.stored.sweep`);
+    ``chosen``: ``{kind: rate as written}``.
+    """
+    fig = go.Figure()
+    for kind, runs in sweeps.items():
+        colour, dash = style_of(kind)
+        rates = sorted(runs, key=float)
+        x, y = [float(r) for r in rates], [runs[r][key] for r in rates]
+        fig.add_trace(go.Scatter(x=x, y=y, name=kind, legendgroup=kind, mode="lines+markers",
+                                 line={"color": colour, "dash": dash},
+                                 hovertemplate=f"{kind}<br>lr %{{x:g}}<br>%{{y:.4f}}<extra></extra>"))
+        if kind in chosen:
+            fig.add_trace(go.Scatter(x=[float(chosen[kind])], y=[runs[chosen[kind]][key]], legendgroup=kind,
+                                     mode="markers", showlegend=False, hoverinfo="skip",
+                                     marker={"size": 15, "color": "rgba(0,0,0,0)",
+                                             "line": {"color": colour, "width": 2}}))
+    fig.update_xaxes(title="peak learning rate (log scale)", **log_axis())
+    fig.update_yaxes(title=y_title)
+    finish(fig, title=title, alt="A line per layer: the final value of its short run at each learning rate; "
+           "a ring marks the rate chosen for the longer runs.", height=440)
+    return legend_below(fig)
+
+
+def seed_curves_figure(runs: Mapping[str, Sequence[Mapping]], *, tokens_per_step: int,
+                       unigram: float | None = None, title: str | None = None) -> go.Figure:
+    """Validation loss against tokens seen: each layer's mean over its seeds, and a band from the
+    lowest to the highest seed at every evaluation. ``runs``: ``{kind: [run of each seed]}``."""
+    fig = go.Figure()
+    for kind, seeds in runs.items():
+        colour, dash = style_of(kind)
+        steps = np.array(seeds[0]["curves"]["val_step"])
+        if any(list(r["curves"]["val_step"]) != list(steps) for r in seeds):
+            raise ValueError(f"{kind}: the seeds were evaluated at different steps")
+        losses = np.array([r["curves"]["val_loss"] for r in seeds])  # (seeds, evaluations)
+        x = steps * tokens_per_step / 1e6
+        fig.add_trace(go.Scatter(x=np.concatenate([x, x[::-1]]),
+                                 y=np.concatenate([losses.max(0), losses.min(0)[::-1]]),
+                                 fill="toself", fillcolor=_rgba(colour, 0.18), line={"width": 0},
+                                 legendgroup=kind, showlegend=False, hoverinfo="skip", name=f"{kind} seeds"))
+        fig.add_trace(go.Scatter(x=x, y=losses.mean(0), name=kind, legendgroup=kind, mode="lines",
+                                 line={"color": colour, "dash": dash, "width": 2},
+                                 customdata=np.stack([losses.min(0), losses.max(0)], -1),
+                                 hovertemplate=(f"{kind}<br>%{{x:.2f}} M tokens<br>mean %{{y:.3f}}"
+                                                "<br>seeds %{customdata[0]:.3f} to %{customdata[1]:.3f}"
+                                                "<extra></extra>")))
+    if unigram is not None:
+        fig.add_hline(y=unigram, line_dash="dot", line_color="grey",
+                      annotation_text="unigram entropy", annotation_position="top right")
+    fig.update_xaxes(title="characters seen (millions)")
+    fig.update_yaxes(title="validation loss (nats per character)")
+    finish(fig, title=title, alt="Validation loss falling with training, one line per layer (the mean of its "
+           "seeds) inside a band from its lowest to its highest seed.", height=480)
+    return legend_below(fig)
+
+
+def contrast_figure(rows: Sequence[tuple[str, Any]], *, x_title: str = "difference in final validation loss "
+                    "(nats/char)", title: str | None = None) -> go.Figure:
+    """One row per contrast ``(label, Contrast)``: each seed's gap (dots), the mean gap (a bar tick),
+    and zero. A row whose dots straddle zero is not decided by these seeds."""
+    fig = go.Figure()
+    labels = [label for label, _ in rows]
+    for label, c in rows:
+        colour = style_of(c.a.kind)[0]
+        fig.add_trace(go.Scatter(x=list(c.per_seed), y=[label] * len(c.per_seed), mode="markers",
+                                 marker={"color": colour, "size": 10, "symbol": "circle-open"},
+                                 showlegend=False,
+                                 hovertemplate=f"{label}<br>one seed: %{{x:+.4f}}<extra></extra>"))
+        fig.add_trace(go.Scatter(x=[c.gap], y=[label], mode="markers", showlegend=False,
+                                 marker={"color": colour, "size": 16, "symbol": "line-ns-open",
+                                         "line": {"width": 3, "color": colour}},
+                                 hovertemplate=(f"{label}<br>mean gap %{{x:+.4f}} ({c.verdict})"
+                                                "<extra></extra>")))
+    fig.add_vline(x=0.0, line_color="grey", line_dash="dot")
+    fig.update_xaxes(title=x_title, zeroline=False)
+    fig.update_yaxes(categoryorder="array", categoryarray=labels[::-1], automargin=True)
+    finish(fig, title=title, alt="For each pair of layers, the difference of their final losses seed by seed "
+           "(open circles) and on average (a tick); left of zero the first layer is lower.",
+           height=120 + 44 * len(rows))
+    return fig
+
+
+def recall_state_figure(points: Mapping[str, Sequence[tuple[float, Sequence[float]]]], *,
+                        chance: float | None = None, title: str | None = None) -> go.Figure:
+    """Recall accuracy against the numbers a layer keeps per sequence (log scale), the axes of the Based
+    paper's recall/state-size figure. ``points``: ``{kind: [(state size, [accuracy of each seed]), ...]}``;
+    each point is the seeds' mean with a bar from the lowest to the highest seed."""
+    fig = go.Figure()
+    for kind, pts in points.items():
+        colour, dash = style_of(kind)
+        pts = sorted(pts, key=lambda p: p[0])
+        x = [p[0] for p in pts]
+        acc = [np.asarray(p[1], dtype=float) for p in pts]
+        mean = [a.mean() for a in acc]
+        above = [a.max() - m for a, m in zip(acc, mean, strict=True)]
+        below = [m - a.min() for a, m in zip(acc, mean, strict=True)]
+        fig.add_trace(go.Scatter(
+            x=x, y=mean, name=kind, mode="lines+markers", line={"color": colour, "dash": dash},
+            error_y={"type": "data", "symmetric": False, "array": above, "arrayminus": below,
+                     "color": colour},
+            hovertemplate=f"{kind}<br>%{{x:,}} numbers per layer<br>accuracy %{{y:.3f}}<extra></extra>"))
+    if chance is not None:
+        fig.add_hline(y=chance, line_dash="dot", line_color="grey", annotation_text="no lookup (best guess)",
+                      annotation_position="top left")
+    fig.update_xaxes(title="state per layer and sequence (numbers, log scale)", **log_axis())
+    fig.update_yaxes(title="recall accuracy on held-out sequences", range=[-0.02, 1.05])
+    finish(fig, title=title, alt="Recall accuracy of each layer against the size of what it keeps per "
+           "sequence: a point per model width, the mean of the seeds with a bar from the lowest to the "
+           "highest seed.", height=460)
+    return legend_below(fig)

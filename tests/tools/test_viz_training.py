@@ -1,0 +1,73 @@
+"""The training chapter's figure builders (linattn_core.tools.viz.training), checked on their traces."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from _tolerances import assert_close
+
+from linattn_core.lm.compare import Seeds, contrast
+from linattn_core.tools.viz import training as vt
+
+
+def run(seed, losses, steps=(0, 250, 500)):
+    return {"config": {"seed": seed}, "final_val_loss": losses[-1],
+            "curves": {"val_step": list(steps), "val_loss": list(losses)}}
+
+
+def test_every_layer_has_its_own_colour_and_pairs_share_one():
+    from linattn_core.lm.layers import LAYERS
+
+    assert set(LAYERS) <= set(vt.LAYER_STYLE)
+    solid = [c for c, dash in vt.LAYER_STYLE.values() if dash == "solid"]
+    assert len(solid) == len(set(solid))  # the solid lines are told apart by colour alone
+    assert vt.style_of("retnet")[0] == vt.style_of("retnet_no_decay")[0] != vt.style_of("gla")[0]
+    assert vt.style_of("deltanet_additive") == (vt.style_of("deltanet")[0], "dot")
+    assert vt.style_of("unknown")[1] == "dash"
+
+
+def test_lr_sweep_rings_the_chosen_rate():
+    sweeps = {"softmax": {"1e-3": {"final_val_loss": 2.0}, "1e-2": {"final_val_loss": 1.9},
+                          "3e-3": {"final_val_loss": 1.8}}}
+    fig = vt.lr_sweep_figure(sweeps, {"softmax": "3e-3"})
+    line, ring = fig.data
+    assert list(line.x) == [1e-3, 3e-3, 1e-2] and list(line.y) == [2.0, 1.8, 1.9]  # sorted by rate
+    assert (list(ring.x), list(ring.y)) == ([3e-3], [1.8]) and ring.showlegend is False
+    assert fig.layout.xaxis.type == "log" and fig.layout.meta["alt"]
+
+
+def test_seed_curves_band_spans_the_lowest_and_highest_seed():
+    runs = {"elu+1": [run(0, [4.0, 2.5, 2.0]), run(1, [4.0, 2.7, 2.2]), run(2, [4.0, 2.6, 1.9])]}
+    fig = vt.seed_curves_figure(runs, tokens_per_step=1000, unigram=3.3)
+    band, mean = fig.data
+    assert band.fill == "toself" and band.showlegend is False
+    assert_close(np.array(band.y), [4.0, 2.7, 2.2, 1.9, 2.5, 4.0], dtype="float64")  # max out, min back
+    assert_close(np.array(mean.x), [0.0, 0.25, 0.5], dtype="float64")  # millions of characters
+    assert_close(np.array(mean.y), [4.0, 2.6, 2.0333333333333333], dtype="float64")
+
+
+def test_seed_curves_refuse_seeds_evaluated_at_different_steps():
+    runs = {"relu": [run(0, [4.0, 2.0]), run(1, [4.0, 2.1, 2.0], steps=(0, 100, 200))]}
+    runs["relu"][0]["curves"]["val_step"] = [0, 200]
+    with pytest.raises(ValueError, match="different steps"):
+        vt.seed_curves_figure(runs, tokens_per_step=1)
+
+
+def test_contrast_rows_show_each_seed_and_the_mean():
+    c = contrast(Seeds("deltanet", (1.5, 1.6, 1.55)), Seeds("deltanet_additive", (1.7, 1.65, 1.8)))
+    fig = vt.contrast_figure([("delta rule vs additive", c)])
+    seeds, mean = fig.data
+    assert_close(np.array(seeds.x), [-0.2, -0.05, -0.25], dtype="float64")
+    assert_close(np.array(mean.x), [c.gap], dtype="float64")
+    assert "deltanet lower" in mean.hovertemplate
+
+
+def test_recall_points_are_the_seed_means_with_their_range():
+    points = {"deltanet": [(4000, [0.9, 1.0, 0.95]), (1000, [0.2, 0.4, 0.3])]}
+    fig = vt.recall_state_figure(points, chance=0.1)
+    (tr,) = fig.data
+    assert list(tr.x) == [1000, 4000]  # sorted by state size
+    assert_close(np.array(tr.y), [0.3, 0.95], dtype="float64")
+    assert_close(np.array(tr.error_y.array), [0.1, 0.05], dtype="float64")
+    assert_close(np.array(tr.error_y.arrayminus), [0.1, 0.05], dtype="float64")
+    assert fig.layout.xaxis.type == "log"
