@@ -191,7 +191,8 @@ class RecallConfig:
 
 
 def train_recall(kind: str, width: int, n_pairs: int, steps: int, *, progress: bool = False,
-                 stop_after: int | None = None, device: str = "cpu", **options: Any) -> dict:
+                 stop_after: int | None = None, device: str = "cpu", validate: bool = True,
+                 **options: Any) -> dict:
     """Train one model on MQAR with :func:`~linattn_core.lm.train.fit`; return its configuration, curves
     and final held-out accuracy.
 
@@ -200,6 +201,7 @@ def train_recall(kind: str, width: int, n_pairs: int, steps: int, *, progress: b
     The results hold ``model`` (the trained :class:`~linattn_core.lm.model.LanguageModel`); the curves
     are ``step``/``train_loss``/``lr`` (every step) and ``val_step``/``val_loss``/``val_accuracy``;
     ``state_size`` is the numbers one attention layer keeps per sequence at the end of a sequence.
+    ``validate=False`` skips the held-out evaluations and returns the configuration and curves alone.
     """
     if kind not in KINDS:
         raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
@@ -220,9 +222,12 @@ def train_recall(kind: str, width: int, n_pairs: int, steps: int, *, progress: b
         logits = model(x_val)
         return {"loss": float(recall_loss(logits, y_val)), "accuracy": accuracy(logits, y_val)}
 
-    run = fit(model, cfg.train_config(), batch=batch, loss=recall_loss, evaluate=evaluate, config=asdict(cfg),
-              stop_after=stop_after, progress=progress, desc=f"{kind} n={n_pairs}")
+    run = fit(model, cfg.train_config(), batch=batch, loss=recall_loss,
+              evaluate=evaluate if validate else None, config=asdict(cfg), stop_after=stop_after,
+              progress=progress, desc=f"{kind} n={n_pairs}")
     curves = run["curves"]
+    if not validate:  # the training losses alone (a replay of a stored run's first steps)
+        return {"config": asdict(cfg), "curves": curves, "model": model}
     return {"config": asdict(cfg), "parameters": model.num_parameters(),
             "state_size": model.blocks[0].attn.state_size(cfg.seq_len), "chance": chance(cfg.n_values),
             "bag_chance": bag_chance(cfg.n_pairs, cfg.n_values),
@@ -343,7 +348,8 @@ def replay_losses(run: dict, steps: int) -> list[float]:
     """
     cfg = dict(run["config"])
     kind, width, n_pairs, length = (cfg.pop(k) for k in ("attention", "n_embd", "n_pairs", "steps"))
-    return train_recall(kind, width, n_pairs, length, stop_after=steps, **cfg)["curves"]["train_loss"]
+    return train_recall(kind, width, n_pairs, length, stop_after=steps, validate=False,
+                        **cfg)["curves"]["train_loss"]
 
 
 def _sweep_from_args(args: argparse.Namespace) -> Preset:

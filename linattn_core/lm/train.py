@@ -145,13 +145,15 @@ Loss = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]  # logits, targets -
 
 
 def fit(model: torch.nn.Module, cfg: TrainConfig, *, batch: Batch, loss: Loss,
-        evaluate: Callable[[], dict[str, float]], config: dict, checkpoint: str | Path | None = None,
+        evaluate: Callable[[], dict[str, float]] | None, config: dict, checkpoint: str | Path | None = None,
         resume: bool = False, stop_after: int | None = None, progress: bool = True, desc: str = "") -> dict:
     """The training loop: ``cfg.max_steps`` steps of AdamW on ``loss(model(x), y)``, ``(x, y) = batch(step)``.
 
     The learning rate follows :func:`lr_at`, the gradients are clipped to ``cfg.grad_clip``, and
     ``evaluate()`` (run in eval mode without gradients; it returns named numbers such as
-    ``{"loss": ...}``) is recorded at every ``cfg.eval_interval``-th step and once more at the end.
+    ``{"loss": ...}``) is recorded at every ``cfg.eval_interval``-th step and once more at the end
+    (``evaluate=None``: never; evaluating changes nothing that training reads, so the training losses
+    are the same either way, which is how a stored run's first steps are replayed quickly).
     ``stop_after`` ends the run after that many steps (as an interruption would; the schedule is still
     that of ``cfg.max_steps``). With ``checkpoint`` the weights, the optimiser's moments and the curves
     are saved at the end; ``resume=True`` continues from there, refusing a checkpoint written with
@@ -179,7 +181,7 @@ def fit(model: torch.nn.Module, cfg: TrainConfig, *, batch: Batch, loss: Loss,
     t0 = time.perf_counter()
     bar = tqdm(range(start, end), desc=desc, disable=not progress, leave=False)
     for step in bar:
-        if step % cfg.eval_interval == 0:
+        if evaluate is not None and step % cfg.eval_interval == 0:
             _record_eval(model, evaluate, step, curves)
         lr = lr_at(step, cfg)
         x, y = batch(step)
@@ -189,7 +191,8 @@ def fit(model: torch.nn.Module, cfg: TrainConfig, *, batch: Batch, loss: Loss,
         curves["train_loss"].append(value.item())
         curves["lr"].append(lr)
         bar.set_postfix(loss=f"{curves['train_loss'][-1]:.3f}")
-    if end == cfg.max_steps and (not curves["val_step"] or curves["val_step"][-1] != end):
+    at_end = end == cfg.max_steps and (not curves["val_step"] or curves["val_step"][-1] != end)
+    if evaluate is not None and at_end:
         _record_eval(model, evaluate, end, curves)
     wall += time.perf_counter() - t0
     if checkpoint is not None:
@@ -199,11 +202,13 @@ def fit(model: torch.nn.Module, cfg: TrainConfig, *, batch: Batch, loss: Loss,
 
 
 def train(cfg: TrainConfig, corpus: Corpus, *, device: str = "auto", checkpoint: str | Path | None = None,
-          resume: bool = False, stop_after: int | None = None, progress: bool = True) -> dict:
+          resume: bool = False, stop_after: int | None = None, progress: bool = True,
+          validate: bool = True) -> dict:
     """Train one language model with :func:`fit`; return the results.
 
     The results hold ``model`` (the trained :class:`LanguageModel`), which :func:`save_results` leaves
-    out of the JSON. ``stop_after``, ``checkpoint`` and ``resume`` as in :func:`fit`.
+    out of the JSON. ``stop_after``, ``checkpoint`` and ``resume`` as in :func:`fit`;
+    ``validate=False`` skips the validation loss (the training losses are the same).
     """
     if cfg.attention not in KINDS:
         raise ValueError(f"attention must be one of {KINDS}, got {cfg.attention!r}")
@@ -223,9 +228,9 @@ def train(cfg: TrainConfig, corpus: Corpus, *, device: str = "auto", checkpoint:
                                for _ in range(cfg.eval_batches))]
         return {"loss": float(np.mean(losses))}
 
-    run = fit(model, cfg, batch=batch, loss=lm_loss, evaluate=evaluate, config=asdict(cfg),
-              checkpoint=checkpoint, resume=resume, stop_after=stop_after, progress=progress,
-              desc=cfg.attention)
+    run = fit(model, cfg, batch=batch, loss=lm_loss, evaluate=evaluate if validate else None,
+              config=asdict(cfg), checkpoint=checkpoint, resume=resume, stop_after=stop_after,
+              progress=progress, desc=cfg.attention)
     curves, end, wall = run["curves"], run["steps_done"], run["wall_s"]
     return {"config": asdict(cfg), "model_config": model.cfg.to_dict(), "parameters": model.num_parameters(),
             "steps_done": end, "git_commit": commit, "hardware": environment(device), "wall_s": wall,
@@ -261,7 +266,8 @@ def replay_losses(results: dict, corpus: Corpus, steps: int) -> list[float]:
     """The first ``steps`` training losses of a stored run, recomputed from its configuration (on CPU,
     from the start: the schedule depends only on the configuration)."""
     cfg = TrainConfig(**results["config"])
-    return train(cfg, corpus, device="cpu", stop_after=steps, progress=False)["curves"]["train_loss"]
+    return train(cfg, corpus, device="cpu", stop_after=steps, progress=False,
+                 validate=False)["curves"]["train_loss"]
 
 
 def _positive(text: str, kind: type = int) -> Any:

@@ -110,6 +110,14 @@ def test_short_run_learns():
     assert 0.0 <= r["final_accuracy"] <= 1.0 and r["chance"] == 0.25
 
 
+def test_a_replay_without_evaluation_gives_the_same_training_losses():
+    options = {"n_keys": 4, "n_values": 5, "n_head": 1, "conv": 2, "batch_size": 8, "eval_interval": 2}
+    run = mqar.train_recall("deltanet", 8, 2, 6, **options)
+    plain = mqar.train_recall("deltanet", 8, 2, 6, validate=False, **options)
+    assert plain["curves"]["train_loss"] == run["curves"]["train_loss"] and plain["curves"]["val_step"] == []
+    assert mqar.replay_losses(run, 3) == run["curves"]["train_loss"][:3]
+
+
 def test_bad_kind():
     with pytest.raises(ValueError, match="kind"):
         mqar.train_recall("linear", 32, 2, 1)

@@ -54,6 +54,17 @@ def test_resume_equals_uninterrupted(corpus, tmp_path, kind):
         assert torch.equal(p, q)
 
 
+@pytest.mark.parametrize("kind", ["softmax", "performer", "gla"])
+def test_validation_changes_nothing_training_reads(corpus, kind):
+    # replay_losses skips the validation: the training losses must be those of a validated run
+    cfg = replace(TINY, attention=kind, eval_interval=2)
+    validated = T.train(cfg, corpus, device="cpu", progress=False)
+    plain = T.train(cfg, corpus, device="cpu", progress=False, validate=False)
+    assert plain["curves"]["train_loss"] == validated["curves"]["train_loss"]
+    assert plain["curves"]["val_step"] == [] and len(validated["curves"]["val_step"]) == 4
+    assert T.replay_losses(validated, corpus, 4) == validated["curves"]["train_loss"][:4]
+
+
 def test_resume_refuses_another_configuration(corpus, tmp_path):
     ckpt = tmp_path / "run.pt"
     T.train(TINY, corpus, device="cpu", checkpoint=ckpt, stop_after=2, progress=False)
