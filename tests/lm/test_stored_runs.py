@@ -30,7 +30,7 @@ from linattn_core.lm.layers import LAYERS  # noqa: E402
 SWEEP_LRS = ("1e-3", "3e-3", "1e-2")
 SWEEP_STEPS = 500
 SEEDS = (0, 1, 2)
-REPLAY = 5  # first training losses recomputed per stored run
+REPLAY = 3  # first training losses recomputed per stored run
 LM_FILES = stored.names("sweep-*.json") + stored.names("full-*-seed*.json")
 MQAR_FILES = stored.names("mqar-*.json")
 
