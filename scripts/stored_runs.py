@@ -38,26 +38,29 @@ SEEDS = (0, 1, 2)
 MQAR_SWEEP_WIDTH = 32  # the recall sweep's rates are tried at the middle width, seed 0
 # Relative cost of a training step, to start the longest jobs first (measured: tools/bench/layers.py).
 COST = {"gla": 2.4, "deltanet": 1.8, "deltanet_additive": 1.6}
+# The language-model comparison: every layer as the paper has it, and softmax with DeltaNet's short
+# convolution (kernel 4) in front, the contrast that says how much of DeltaNet's lead is the conv.
+LM_RUNS = {kind: [kind] for kind in LAYERS} | {"softmax-conv4": ["softmax", "--conv", "4"]}
 
 
 def lm_sweep() -> list[tuple[list[str], Path]]:
     jobs = []
-    for kind in LAYERS:
+    for name, (kind, *extra) in LM_RUNS.items():
         for lr in SWEEP_LRS:
-            out = RESULTS / f"sweep-{kind}-lr{lr}.json"
-            jobs.append((["-m", "linattn_core.train", "--attention", kind, "--preset", "full", "--steps",
-                          str(SWEEP_STEPS), "--lr", lr], out))
+            out = RESULTS / f"sweep-{name}-lr{lr}.json"
+            jobs.append((["-m", "linattn_core.train", "--attention", kind, *extra, "--preset", "full",
+                          "--steps", str(SWEEP_STEPS), "--lr", lr], out))
     return jobs
 
 
 def lm_seeds() -> list[tuple[list[str], Path]]:
     jobs = []
-    for kind in LAYERS:
-        lr = stored.chosen_lr(kind)
+    for name, (kind, *extra) in LM_RUNS.items():
+        lr = stored.chosen_lr(name)
         for seed in SEEDS:
-            out = RESULTS / f"full-{kind}-seed{seed}.json"
-            jobs.append((["-m", "linattn_core.train", "--attention", kind, "--preset", "full", "--lr", lr,
-                          "--seed", str(seed)], out))
+            out = RESULTS / f"full-{name}-seed{seed}.json"
+            jobs.append((["-m", "linattn_core.train", "--attention", kind, *extra, "--preset", "full",
+                          "--lr", lr, "--seed", str(seed)], out))
     return jobs
 
 

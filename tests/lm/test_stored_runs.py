@@ -28,6 +28,8 @@ from linattn_core.lm import train as T  # noqa: E402
 from linattn_core.lm.layers import LAYERS  # noqa: E402
 
 SWEEP_LRS = ("1e-3", "3e-3", "1e-2")
+# every layer as the paper has it, and softmax with a short convolution (kernel 4), by file name
+LM_RUNS = {kind: (kind, None) for kind in LAYERS} | {"softmax-conv4": ("softmax", 4)}
 SWEEP_STEPS = 500
 SEEDS = (0, 1, 2)
 REPLAY = 3  # first training losses recomputed per stored run
@@ -36,8 +38,8 @@ MQAR_FILES = stored.names("mqar-*.json")
 
 
 def test_every_layer_has_its_sweep_and_seeds():
-    want = [f"sweep-{k}-lr{lr}.json" for k in LAYERS for lr in SWEEP_LRS]
-    want += [f"full-{k}-seed{s}.json" for k in LAYERS for s in SEEDS]
+    want = [f"sweep-{k}-lr{lr}.json" for k in LM_RUNS for lr in SWEEP_LRS]
+    want += [f"full-{k}-seed{s}.json" for k in LM_RUNS for s in SEEDS]
     missing = sorted(set(want) - set(stored.names()))
     assert not missing, f"not stored yet ({len(missing)}): {missing[:6]}...: python scripts/stored_runs.py"
 
@@ -54,19 +56,21 @@ def _lm_expected(name: str, run: dict) -> dict:
     """The configuration the file's name and recorded command say it ran."""
     m = re.fullmatch(r"sweep-(.+)-lr(.+)\.json", name) or re.fullmatch(r"full-(.+)-seed(\d+)\.json", name)
     assert m, name
-    kind = m.group(1)
+    kind, conv = LM_RUNS[m.group(1)]
+    preset = replace(T.PRESETS["full"], attention=kind, conv=conv)
     if name.startswith("sweep-"):
-        return asdict(replace(T.PRESETS["full"], attention=kind, lr=float(m.group(2)), max_steps=SWEEP_STEPS))
-    return asdict(replace(T.PRESETS["full"], attention=kind, seed=int(m.group(2)), lr=run["config"]["lr"]))
+        return asdict(replace(preset, lr=float(m.group(2)), max_steps=SWEEP_STEPS))
+    return asdict(replace(preset, seed=int(m.group(2)), lr=run["config"]["lr"]))
 
 
 @pytest.mark.parametrize("name", LM_FILES)
 def test_stored_lm_run_is_the_recorded_command_run_to_its_end(name):
     run = stored.load(name)
     assert run["config"] == _lm_expected(name, run), "the preset changed: rerun it"
-    kind = run["config"]["attention"]
-    assert run["command"].startswith(f"python -m linattn_core.train --attention {kind} --preset full")
-    assert "--lr " in run["command"] and run["preset"] == "full"
+    kind, conv = run["config"]["attention"], run["config"]["conv"]
+    assert run["command"].startswith(f"python -m linattn_core.train --attention {kind} ")
+    assert "--preset full" in run["command"] and "--lr " in run["command"] and run["preset"] == "full"
+    assert (f"--conv {conv}" in run["command"]) == (conv is not None)
     assert run["steps_done"] == run["config"]["max_steps"]
     assert run["hardware"]["threads"] == 1 and len(run["git_commit"] or "") == 40
     curves = run["curves"]
@@ -77,8 +81,7 @@ def test_stored_lm_run_is_the_recorded_command_run_to_its_end(name):
 @pytest.mark.parametrize("name", stored.names("full-*-seed*.json"))
 def test_seeds_ran_at_the_rate_their_sweep_chose(name):
     run = stored.load(name)
-    kind = run["config"]["attention"]
-    assert run["config"]["lr"] == float(stored.chosen_lr(kind))
+    assert run["config"]["lr"] == float(stored.chosen_lr(name.removeprefix("full-").rsplit("-seed", 1)[0]))
     # learned from context: far below the entropy of the characters' frequencies
     assert run["final_val_loss"] < run["unigram_entropy"] - 0.4
 
