@@ -138,3 +138,15 @@ def test_importing_the_package_imports_neither_torch_nor_plotly():
             " print(','.join(bad))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "", f"import linattn_core imported {out.stdout.strip()}"
+
+
+@pytest.mark.parametrize("command", ["train", "mqar", "bench"])
+def test_the_commands_readers_type_still_start(command):
+    # python -m linattn_core.train / .mqar / .bench: the entry points of the README
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-m", f"linattn_core.{command}", "--help"], capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.startswith("usage:") and "--" in out.stdout
