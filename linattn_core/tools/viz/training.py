@@ -3,7 +3,8 @@
 Pure builders: each takes the stored runs (the JSON dicts of ``python -m linattn_core.train`` and
 ``python -m linattn_core.mqar``) and returns a ``plotly.graph_objects.Figure``. A layer keeps one
 colour in every figure; the two layers of a contrast share it, the variant dotted (``retnet`` solid,
-``retnet_no_decay`` dotted; ``deltanet`` solid, ``deltanet_additive`` dotted).
+``retnet_no_decay`` dotted; ``deltanet`` solid, ``deltanet_additive`` dotted; ``softmax`` solid,
+``softmax-conv4``, softmax with a short convolution, dotted).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ __all__ = ["LAYER_STYLE", "contrast_figure", "lr_sweep_figure", "recall_state_fi
 # colour-blind-safe (Okabe-Ito and its darker companions), one per layer; a contrast's pair shares it
 LAYER_STYLE: dict[str, tuple[str, str]] = {
     "softmax": ("#000000", "solid"),
+    "softmax-conv4": ("#000000", "dot"),  # softmax with DeltaNet's short convolution
     "elu+1": ("#0072B2", "solid"),
     "relu": ("#56B4E9", "solid"),
     "performer": ("#CC79A7", "solid"),
