@@ -41,8 +41,9 @@ def decode_times(which: str, contexts: Sequence[int], *, batch: int = 1, heads: 
     context further on), so the last step of each is at exactly its context length, a machine that
     speeds up or slows down over the run moves every context alike instead of whichever ran last,
     and every step finds the processor's caches holding another context's memory (as in a model,
-    where other layers run between two steps of one). Returns one dict per context: ``{"N", "median_s", "q25_s", "q75_s", "repeats",
-    "bytes_per_sequence"}``. ``threads`` caps torch's CPU threads while timing (one by default: a
+    where other layers run between two steps of one). Returns one dict per context:
+    ``{"N", "median_s", "q25_s", "q75_s", "repeats", "bytes_per_sequence"}``.
+    ``threads`` caps torch's CPU threads while timing (one by default: a
     decoding step is a few small products, and on a busy machine a second thread mostly waits at a
     barrier); ``None`` keeps torch's setting.
     """
