@@ -33,9 +33,9 @@ RESULTS = stored.directory()
 LOGS = ROOT / ".cache" / "runs"
 # The learning-rate sweep: three rates spanning 10x, a quarter of the full budget, seed 0.
 SWEEP_LRS = ("1e-3", "3e-3", "1e-2")
-SWEEP_STEPS = 500
+SWEEP_STEPS = 300
 SEEDS = (0, 1, 2)
-MQAR_SWEEP_WIDTH = 32  # the recall sweep's rates are tried at the middle width, seed 0
+MQAR_SWEEP_WIDTH = 48  # the recall sweep's rates are tried at the middle width, seed 0
 # Relative cost of a training step, to start the longest jobs first (measured: tools/bench/layers.py).
 COST = {"gla": 2.4, "deltanet": 1.8, "deltanet_additive": 1.6}
 # The language-model comparison: every layer as the paper has it, and softmax with DeltaNet's short

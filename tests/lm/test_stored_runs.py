@@ -1,9 +1,9 @@
 """The stored experiments of the training chapter (linattn_core/lm/results/, made by scripts/stored_runs.py).
 
 - the language model on Shakespeare: a learning-rate sweep of every layer (``sweep-KIND-lrRATE.json``,
-  three rates spanning 10x, 500 steps, seed 0), then three seeds at the chosen rate
-  (``full-KIND-seedS.json``, the ``full`` preset's 2,000 steps);
-- recall (MQAR): the sweep of the rate at width 32 (``mqar-sweep-KIND-lrRATE.json``), then every width
+  three rates spanning 10x, 300 steps (a quarter of the budget), seed 0), then three seeds at the chosen rate
+  (``full-KIND-seedS.json``, the ``full`` preset's 1,200 steps);
+- recall (MQAR): the sweep of the rate at width 48 (``mqar-sweep-KIND-lrRATE.json``), then every width
   and seed of the ``state`` preset at the chosen rate (``mqar-KIND-wWIDTH-seedS.json``).
 
 Each file must be the current preset's run (only the rate, the length and the seed overridden, as its
@@ -30,7 +30,7 @@ from linattn_core.lm.layers import LAYERS  # noqa: E402
 SWEEP_LRS = ("1e-3", "3e-3", "1e-2")
 # every layer as the paper has it, and softmax with a short convolution (kernel 4), by file name
 LM_RUNS = {kind: (kind, None) for kind in LAYERS} | {"softmax-conv4": ("softmax", 4)}
-SWEEP_STEPS = 500
+SWEEP_STEPS = 300
 SEEDS = (0, 1, 2)
 REPLAY = 3  # first training losses recomputed per stored run
 LM_FILES = stored.names("sweep-*.json") + stored.names("full-*-seed*.json")
@@ -122,7 +122,7 @@ def test_stored_recall_run_is_the_preset_run(name):
     assert part["command"].startswith("python -m linattn_core.mqar --preset state")
     assert len(part["git_commit"] or "") == 40 and part["hardware"]["threads"] == 1
     if name.startswith("mqar-sweep-"):
-        assert c["n_embd"] == 32 and c["seed"] == 0
+        assert c["n_embd"] == 48 and c["seed"] == 0  # the middle width (scripts/stored_runs.py)
         assert c["lr"] == float(name[: -len(".json")].split("-lr")[1])
     else:
         assert c["n_embd"] in preset.widths and c["seed"] in preset.seeds
