@@ -7,8 +7,8 @@ them the same way in a checkout, after ``pip install``, on Colab and on Binder::
 
     from linattn_core.lm import stored
 
-    stored.names("full-*.json")        # ['full-decay-seed1.json', 'full-decay.json', ...]
-    run = stored.load("full-softmax.json")
+    stored.names("full-*.json")        # ['full-deltanet-seed0.json', 'full-deltanet-seed1.json', ...]
+    run = stored.load("full-softmax-seed0.json")
     run["final_val_loss"]
 """
 
@@ -37,9 +37,9 @@ def names(pattern: str = "*.json") -> list[str]:
 
 
 def path(name: str) -> Path:
-    """The path of the stored file ``name`` (e.g. ``"mqar_full.json"``); a clear error if there is none."""
+    """The path of the stored file ``name`` (e.g. ``"full-softmax-seed0.json"``); a clear error if there is none."""
     if not isinstance(name, str) or not name or Path(name).name != name:
-        raise ValueError(f"name must be a file name such as 'mqar_full.json', got {name!r}")
+        raise ValueError(f"name must be a file name such as 'full-softmax-seed0.json', got {name!r}")
     found = directory() / name
     if not found.is_file():
         raise FileNotFoundError(f"no stored result {name!r} in {directory()}; the stored files are: "

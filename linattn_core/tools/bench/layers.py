@@ -3,7 +3,7 @@
 A step is what the training loop does (:func:`linattn_core.lm.train.fit`): the forward pass of the
 model, the loss, the backward pass, clipping and one AdamW update. It is timed for every layer of
 :data:`linattn_core.lm.layers.LAYERS` at the size of the ``full`` preset of ``python -m
-linattn_core.train`` (4 layers, 4 heads, width 128, batch 12, context 128), in float32 on the CPU, on
+linattn_core.train`` (4 layers, 4 heads, width 64, batch 12, context 128), in float32 on the CPU, on
 one thread and on the machine's default number of threads. Reported: the median seconds per step,
 tokens per second and the ratio to softmax's step; the target (every layer within 2x of softmax's
 step time) is reported, never tested. Before anything is timed, each layer's parallel and step forms
