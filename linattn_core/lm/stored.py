@@ -37,7 +37,7 @@ def names(pattern: str = "*.json") -> list[str]:
 
 
 def path(name: str) -> Path:
-    """The path of the stored file ``name`` (e.g. ``"full-softmax-seed0.json"``); a clear error if there is none."""
+    """The path of the stored file ``name`` (e.g. ``"full-softmax-seed0.json"``); a clear error if none."""
     if not isinstance(name, str) or not name or Path(name).name != name:
         raise ValueError(f"name must be a file name such as 'full-softmax-seed0.json', got {name!r}")
     found = directory() / name
