@@ -4,20 +4,20 @@ Autograd through a forward form keeps whatever that form allocated (the cumsum f
 ``N x d_phi x d_v`` prefix states, the chunked form's per-chunk states and scores). Katharopoulos et
 al. (2020, sec. 3.3) observe that the gradients are prefix and suffix sums too, so they can be
 computed with the same O(N) memory as the forward pass. Here, with ``a_i = dL/dnum_i`` (the
-gradient on the numerator) and ``beta_i = dL/dden_i`` (on the denominator)::
+gradient on the numerator) and ``eta_i = dL/dden_i`` (on the denominator)::
 
     num_i = sum_{j<=i} (phi(q_i) . phi(k_j)) v_j          den_i = sum_{j<=i} phi(q_i) . phi(k_j)
-    P_ij  = a_i . v_j + beta_i                            (j <= i): dL / d(phi(q_i) . phi(k_j))
+    P_ij  = a_i . v_j + eta_i                            (j <= i): dL / d(phi(q_i) . phi(k_j))
 
-    dphi(q_i) = sum_{j<=i} P_ij phi(k_j)  = S_i a_i + beta_i z_i          (prefix sums, as forward)
+    dphi(q_i) = sum_{j<=i} P_ij phi(k_j)  = S_i a_i + eta_i z_i          (prefix sums, as forward)
     dphi(k_j) = sum_{i>=j} P_ij phi(q_i)  = R_j v_j + r_j                  (suffix sums)
     dv_j      = sum_{i>=j} (phi(q_i) . phi(k_j)) a_i = R_j^T phi(k_j)
     with S_i = sum_{j<=i} phi(k_j) v_j^T, z_i = sum_{j<=i} phi(k_j),
-         R_j = sum_{i>=j} phi(q_i) a_i^T,  r_j = sum_{i>=j} beta_i phi(q_i).
+         R_j = sum_{i>=j} phi(q_i) a_i^T,  r_j = sum_{i>=j} eta_i phi(q_i).
 
 For ``out_i = num_i / c_i`` with ``c_i = max(den_i, eps)``: ``a_i = dout_i / c_i`` and
-``beta_i = -[den_i >= eps] (a_i . num_i) / c_i`` (no gradient where the clamp is active). Without
-the denominator (``normalize=False``) ``a_i = dout_i`` and ``beta = 0``.
+``eta_i = -[den_i >= eps] (a_i . num_i) / c_i`` (no gradient where the clamp is active). Without
+the denominator (``normalize=False``) ``a_i = dout_i`` and ``eta = 0``.
 
 With a decay (``S_t = g_t S_{t-1} + phi(k_t) v_t^T``, see :mod:`linattn_core.decay`) every pair
 carries ``exp(b_i - b_j)`` with ``b_i = sum_{l<=i} log g_l``; the states decay the same way in both
@@ -415,23 +415,23 @@ def _block_backward(Q: Any, K: Any, V: Any, A: Any, den: Any, eps: float, before
     g = dout if den is None else dout / c_i  # a_i = dL/dnum_i: (nb, G, c, d_v)
     P = _mm(g, _T(V))  # (nb, G, c, c): a_i . v_j
     dQ_earlier = _decayed(_mm(g, _T(S_before)), "into", decay)  # S_i a_i from the earlier chunks
-    with_beta = None
+    with_eta = None
     if den is not None:
-        # beta_i = -(a_i . num_i) / c_i with a_i . num_i = sum_j A_ij (a_i . v_j) + phi(q_i) . (S_i a_i):
+        # eta_i = -(a_i . num_i) / c_i with a_i . num_i = sum_j A_ij (a_i . v_j) + phi(q_i) . (S_i a_i):
         # from the products already at hand, without recomputing num
         a_num = (A * P).sum(-1) + (Q * dQ_earlier).sum(-1)
-        with_beta = (-a_num / c_i[..., 0] * (den >= eps))[..., None]  # (nb, G, c, 1); 0 where clamped
-        P = P + with_beta  # P_ij = a_i . v_j + beta_i
-        dQ_earlier = dQ_earlier + _decayed(with_beta * z_before[:, :, None], "into", decay)
+        with_eta = (-a_num / c_i[..., 0] * (den >= eps))[..., None]  # (nb, G, c, 1); 0 where clamped
+        P = P + with_eta  # P_ij = a_i . v_j + eta_i
+        dQ_earlier = dQ_earlier + _decayed(with_eta * z_before[:, :, None], "into", decay)
     P = _masked(P, decay)
     dQ = _mm(P, K, add=dQ_earlier, fresh=True)
     Qi = _decayed(Q, "into", decay)  # phi(q_i), decayed from the chunk's start
     R_after, R_before = _scan_back(R_end, _mm(_T(Qi), g), decay)  # (nb, G, f, d_v)
     r_after, r_before = None, None
-    if with_beta is not None:  # r_j = sum_{i>=j} beta_i phi(q_i): (nb, G, f)
-        r_after, r_before = _scan_back(r_end, _mm(_T(Qi), with_beta)[..., 0], decay)
+    if with_eta is not None:  # r_j = sum_{i>=j} eta_i phi(q_i): (nb, G, f)
+        r_after, r_before = _scan_back(r_end, _mm(_T(Qi), with_eta)[..., 0], decay)
     # R_j v_j + r_j from the later chunks: (nb, G, c, f)
-    dK_later = _mm(V, _T(R_after), add=None if with_beta is None else r_after[:, :, None])
+    dK_later = _mm(V, _T(R_after), add=None if with_eta is None else r_after[:, :, None])
     dK = _mm(_T(P), Q, add=_decayed(dK_later, "tail", decay), fresh=True)
     dV = _mm(_T(A), g, add=_decayed(_mm(K, R_after), "tail", decay), fresh=True)
     return dQ, dK, dV, (R_before, r_before)

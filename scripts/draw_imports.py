@@ -15,7 +15,7 @@ The tiers (CONTRIBUTING.md, "Layout"), read from where a module lives:
 - entry: a top-level module that only starts a command (``python -m linattn_core.train``).
 
 Imports go one way, base <- core <- speed (through ``linattn_core.fast`` alone) and core <- lm <-
-tools <- entry; tests/test_layout.py checks that and that no modules import each other in a cycle.
+tools <- entry; tests/core/test_layout.py checks that and that no modules import each other in a cycle.
 Every import counts, also one inside a function (the package imports torch and plotly lazily, and
 its own modules sometimes too). Only the standard library is used (``ast``), so the drawing needs
 nothing installed and imports none of the package.

@@ -2,7 +2,7 @@
  *
  * The same algorithm as linear.causal_chunked, arranged so that each chunk lives in the core's cache:
  * for every chunk of C tokens of a sequence, phi(Q_c) and phi(K_c) are computed into small buffers,
- * then the masked C x C scores, the outputs (normalised as they leave the registers) and the new
+ * then the masked C x C scores, the outputs (normalized as they leave the registers) and the new
  * state (S, z) follow, before the next chunk is read. q, k and v are read once and the output is
  * written once; nothing of size N is allocated. The products are register-tiled FMA loops written
  * with GCC's vector extensions, compiled for AVX-512 and for AVX2 and chosen at run time.

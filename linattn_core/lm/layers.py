@@ -400,7 +400,7 @@ class DeltaNet(Attention):
     """DeltaNet: the delta rule (Schlag et al. 2021) as a layer, with Yang et al. (2024)'s recipe.
 
     ``q, k, v = silu(conv_4(W x))`` (short causal conv, kernel 4, SiLU: fla's defaults, which it calls
-    crucial), ``q, k`` L2-normalised per head, ``beta_t = sigmoid(W_b x_t)`` per head (no bias)::
+    crucial), ``q, k`` L2-normalized per head, ``beta_t = sigmoid(W_b x_t)`` per head (no bias)::
 
         S_t = S_{t-1} + beta_t k_t (v_t - S_{t-1}^T k_t)^T,        o_t = S_t^T q_t
 
@@ -438,7 +438,7 @@ class DeltaNet(Attention):
 class DeltaNetAdditive(DeltaNet):
     """DeltaNet's layer with the plain additive write: the contrast that isolates the delta update.
 
-    Same conv, SiLU, L2-normalised q and k, ``beta_t``, RMSNorm and ``W_o`` as :class:`DeltaNet`, but
+    Same conv, SiLU, L2-normalized q and k, ``beta_t``, RMSNorm and ``W_o`` as :class:`DeltaNet`, but
     ``S_t = S_{t-1} + beta_t k_t v_t^T`` (nothing read back, nothing corrected), ``o_t = S_t^T q_t``.
     Parallel: :func:`~linattn_core.decay.decayed_linear_attention` with ``decay=1`` and values
     ``beta_t v_t``; step: :class:`~linattn_core.streaming.DecayedState`.
