@@ -246,3 +246,17 @@ def test_nbgrader_grades_right_wrong_library_and_blank(tmp_path):
 
     assert "Likely cause: you counted only the keys" in feedback("wrong")  # check()'s feedback
     assert "calls the library's own `linattn_core.attention.normalized`" in feedback("library")
+
+
+@pytest.mark.parametrize("summative", [False, True], ids=["formative", "summative"])
+def test_every_assignment_opens_with_the_install_cell_of_the_books_home(tmp_path, summative):
+    from scripts.sync_notebooks import BRANCH, REPOSITORY
+
+    written = make_assignments.write_course(tmp_path, summative=summative)[1:]
+    assert written
+    for path in written:
+        setup = _cells(path)[1]
+        assert setup.metadata["nbgrader"]["grade_id"].endswith("_setup"), path.name
+        # a class on Colab opens the notebook without the package: the first code cell installs it
+        assert f"linattn_core[course] @ git+{REPOSITORY}@{BRANCH}" in setup.source, path.name
+        assert setup.source.index("import linattn_core") < setup.source.index("from linattn_core.tools")
