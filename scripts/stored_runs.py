@@ -31,7 +31,7 @@ from linattn_core.lm.layers import LAYERS  # noqa: E402
 
 RESULTS = stored.directory()
 LOGS = ROOT / ".cache" / "runs"
-# The learning-rate sweep: three rates spanning 10x, a quarter of the full budget, seed 0.
+# The learning-rate sweep: three rates spanning 10x, half the full budget, seed 0.
 SWEEP_LRS = ("1e-3", "3e-3", "1e-2")
 SWEEP_STEPS = 300
 SEEDS = (0, 1, 2)

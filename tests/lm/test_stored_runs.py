@@ -1,8 +1,8 @@
 """The stored experiments of the training chapter (linattn_core/lm/results/, made by scripts/stored_runs.py).
 
 - the language model on Shakespeare: a learning-rate sweep of every layer (``sweep-KIND-lrRATE.json``,
-  three rates spanning 10x, 300 steps (a quarter of the budget), seed 0), then three seeds at the chosen rate
-  (``full-KIND-seedS.json``, the ``full`` preset's 1,200 steps);
+  three rates spanning 10x, 300 steps (half the budget), seed 0), then three seeds at the chosen rate
+  (``full-KIND-seedS.json``, the ``full`` preset's 600 steps);
 - recall (MQAR): the sweep of the rate at width 48 (``mqar-sweep-KIND-lrRATE.json``), then every width
   and seed of the ``state`` preset at the chosen rate (``mqar-KIND-wWIDTH-seedS.json``).
 
