@@ -1831,7 +1831,7 @@ def test_model_state_bytes_verdicts_name_the_right_cause(capsys):
 
 def test_model_state_bytes_says_which_model_and_dtype():
     task = " ".join(exercises.training.model_state_bytes.task.split())
-    for words in ("n_layer layers", "n_head heads", "normalizer z", "n_embd = n_head * d_v",
+    for words in ("n_layer layers", "n_head heads", "normaliser z", "n_embd = n_head * d_v",
                   "S (d_phi x d_v) and z (d_phi)", "float32"):
         assert words in task, words
     text = " ".join((BOOK / "training.md").read_text(encoding="utf-8").split())

@@ -113,7 +113,7 @@ _EXERCISES = [
         label="ex-beyond-window", chapter="beyond_decay", title="Effective window of a decay",
         difficulty=2, minutes=20,
         rubric=(
-            (1, "writes the normalized weight of age a as gamma^a / sum_b gamma^b and the mean age "
+            (1, "writes the normalised weight of age a as gamma^a / sum_b gamma^b and the mean age "
                 "as a ratio of two series"),
             (1, "sums them (sum_a gamma^a = 1 / (1 - gamma), sum_a a gamma^a = gamma / (1 - gamma)^2, "
                 "e.g. by differentiating the geometric series) and gets gamma / (1 - gamma)"),

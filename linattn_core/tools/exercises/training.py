@@ -196,7 +196,7 @@ model_state_bytes = Exercise(
         Write `model_state_bytes(n_layer, n_head, d_phi, d_v, itemsize)` returning, as an int, the
         bytes of the states that a linear-attention model keeps for one sequence while it
         generates. The model has n_layer layers, each a linear-attention layer with the
-        normalizer z and n_head heads; a head has values of width d_v (the model width is
+        normaliser z and n_head heads; a head has values of width d_v (the model width is
         n_embd = n_head * d_v) and a feature map of width d_phi. Each layer keeps one state for
         all its heads: per head S (d_phi x d_v) and z (d_phi), itemsize bytes per number (4 for
         float32, the dtype in which the training chapter's models keep their states). It does not
