@@ -3,7 +3,7 @@
     python scripts/stored_runs.py lm-sweep  [--workers 2] [--dry-run]   # learning rates, every layer
     python scripts/stored_runs.py lm-seeds  [--workers 2] [--dry-run]   # three seeds at each layer's rate
     python scripts/stored_runs.py mqar-sweep / mqar-seeds [--workers 2]  # the recall experiments
-    python scripts/stored_runs.py lm-sweep mqar-sweep                    # several plans: one queue
+    python scripts/stored_runs.py lm-sweep lm-seeds mqar-sweep mqar-seeds  # all: the sweeps, then the seeds
 
 Each job is one ``python -m linattn_core.train`` (or ``.mqar``) process on one thread, niced, writing
 one JSON into ``linattn_core/lm/results/`` (package data: the chapter reads it through
@@ -114,21 +114,30 @@ def main() -> int:
     parser.add_argument("--dry-run", action="store_true", help="print the commands, run nothing")
     parser.add_argument("--kinds", nargs="+", choices=sorted(LAYERS), help="only these layers")
     args = parser.parse_args()
-    jobs = [j for plan in args.plans for j in PLANS[plan]() if not j[1].exists()]
-    if args.kinds:
-        jobs = [j for j in jobs if _kind(j[0]) in args.kinds]
-    jobs.sort(key=lambda j: -_cost(j[0]))
-    print(f"{' + '.join(args.plans)}: {len(jobs)} jobs to run", flush=True)
-    if args.dry_run:
-        for job in jobs:
-            print(shlex.join(command(*job)))
-        return 0
+    # the seeds read the rates their sweep chose: the sweeps asked for run first, the seeds' jobs are
+    # listed once those are stored
+    stages = [[p for p in args.plans if "sweep" in p], [p for p in args.plans if "sweep" not in p]]
     failed = 0
-    with ThreadPoolExecutor(args.workers) as pool:
-        for done in as_completed([pool.submit(run, job) for job in jobs]):
-            out, code, seconds = done.result()
-            failed += code != 0
-            print(f"{'ok  ' if code == 0 else 'FAIL'} {out.name} ({seconds / 60:.1f} min)", flush=True)
+    for plans in (stage for stage in stages if stage):
+        try:
+            jobs = [j for plan in plans for j in PLANS[plan]() if not j[1].exists()]
+        except FileNotFoundError as missing:  # a seeds plan before its sweep is stored
+            print(f"{' + '.join(plans)}: listed once the sweeps are stored ({missing})", flush=True)
+            failed += not args.dry_run
+            continue
+        if args.kinds:
+            jobs = [j for j in jobs if _kind(j[0]) in args.kinds]
+        jobs.sort(key=lambda j: -_cost(j[0]))
+        print(f"{' + '.join(plans)}: {len(jobs)} jobs to run", flush=True)
+        if args.dry_run:
+            for job in jobs:
+                print(shlex.join(command(*job)))
+            continue
+        with ThreadPoolExecutor(args.workers) as pool:
+            for done in as_completed([pool.submit(run, job) for job in jobs]):
+                out, code, seconds = done.result()
+                failed += code != 0
+                print(f"{'ok  ' if code == 0 else 'FAIL'} {out.name} ({seconds / 60:.1f} min)", flush=True)
     return 1 if failed else 0
 
 
