@@ -18,8 +18,8 @@ uses the best one the CPU runs. To time the torch forms instead, use :func:`swit
 ``LINATTN_NATIVE=0``; ``LINATTN_NATIVE=avx2`` picks that instruction set (to see what a CPU without
 AVX-512 would run).
 
->>> from linattn_core import native
->>> native.isas()          # doctest: +SKIP
+>>> from linattn_core.fast import kernel
+>>> kernel.isas()          # doctest: +SKIP
 ('avx512', 'avx2')
 """
 
@@ -36,7 +36,8 @@ from ..feature_maps import EluPlusOne, FeatureMap, Identity, ReLU
 from . import pages
 
 try:
-    from . import _chunked
+    # the extension module by its full name: a relative "from . import" would name the package
+    import linattn_core.fast._chunked as _chunked
 except ImportError:  # not built here (no compiler when installed): the torch forms are used
     _chunked = None
 
