@@ -28,19 +28,15 @@ sys.path.insert(0, str(ROOT))
 
 from linattn_core.lm import mqar, stored  # noqa: E402  (the repository's package)
 from linattn_core.lm.layers import LAYERS  # noqa: E402
+from linattn_core.lm.stored import RECALL_SWEEP_WIDTH, SEEDS, SWEEP_LRS, SWEEP_STEPS  # noqa: E402
 
 RESULTS = stored.directory()
 LOGS = ROOT / ".cache" / "runs"
-# The learning-rate sweep: three rates spanning 10x, half the full budget, seed 0.
-SWEEP_LRS = ("1e-3", "3e-3", "1e-2")
-SWEEP_STEPS = 300
-SEEDS = (0, 1, 2)
-MQAR_SWEEP_WIDTH = 48  # the recall sweep's rates are tried at the middle width, seed 0
 # Relative cost of a training step, to start the longest jobs first (measured: tools/bench/layers.py).
 COST = {"gla": 2.4, "deltanet": 1.8, "deltanet_additive": 1.6}
-# The language-model comparison: every layer as the paper has it, and softmax with DeltaNet's short
-# convolution (kernel 4) in front, the contrast that says how much of DeltaNet's lead is the conv.
-LM_RUNS = {kind: [kind] for kind in LAYERS} | {"softmax-conv4": ["softmax", "--conv", "4"]}
+# The language-model runs as command-line arguments (the plan: linattn_core.lm.stored.lm_runs).
+LM_RUNS = {name: [kind] + ([] if conv is None else ["--conv", str(conv)])
+           for name, (kind, conv) in stored.lm_runs().items()}
 
 
 def lm_sweep() -> list[tuple[list[str], Path]]:
@@ -66,8 +62,9 @@ def lm_seeds() -> list[tuple[list[str], Path]]:
 
 def mqar_sweep() -> list[tuple[list[str], Path]]:
     preset = mqar.PRESETS["state"]
-    return [(["-m", "linattn_core.mqar", "--preset", "state", "--kinds", kind, "--widths",
-              str(MQAR_SWEEP_WIDTH), "--seeds", "0", "--lr", lr], RESULTS / f"mqar-sweep-{kind}-lr{lr}.json")
+    width = str(RECALL_SWEEP_WIDTH)
+    return [(["-m", "linattn_core.mqar", "--preset", "state", "--kinds", kind, "--widths", width,
+              "--seeds", "0", "--lr", lr], RESULTS / f"mqar-sweep-{kind}-lr{lr}.json")
             for kind in preset.kinds for lr in SWEEP_LRS]
 
 

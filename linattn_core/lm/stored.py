@@ -20,7 +20,26 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-__all__ = ["chosen_lr", "chosen_recall_lr", "directory", "load", "names", "path", "recall_sweep", "sweep"]
+__all__ = ["RECALL_SWEEP_WIDTH", "SEEDS", "SWEEP_LRS", "SWEEP_STEPS", "chosen_lr", "chosen_recall_lr",
+           "directory", "lm_runs", "load", "names", "path", "recall_sweep", "sweep"]
+
+# The plan the stored files follow, read by scripts/stored_runs.py (which makes them), by
+# tests/lm/test_stored_runs.py (which checks them) and by the training chapter (which shows them).
+SWEEP_LRS = ("1e-3", "3e-3", "1e-2")  # peak rates spanning 10x, written as in the file names
+SWEEP_STEPS = 300  # the language model's sweep: half the ``full`` preset's budget, seed 0
+SEEDS = (0, 1, 2)  # then every layer at its chosen rate, once per seed
+RECALL_SWEEP_WIDTH = 48  # the recall sweep tries the rates at the middle width, seed 0
+
+
+def lm_runs() -> dict[str, tuple[str, int | None]]:
+    """The language-model runs by file name: ``{name: (attention, conv kernel or None for the layer's own)}``.
+
+    Every layer as its paper has it, and ``softmax-conv4``: softmax with DeltaNet's short
+    convolution (kernel 4), the contrast that says how much of DeltaNet's lead is the convolution.
+    """
+    from .layers import LAYERS  # torch, only for whoever asks for the plan
+
+    return {kind: (kind, None) for kind in LAYERS} | {"softmax-conv4": ("softmax", 4)}
 
 
 def directory() -> Path:

@@ -25,13 +25,9 @@ torch = pytest.importorskip("torch")
 
 from linattn_core.lm import data, mqar, stored  # noqa: E402 - after the importorskip
 from linattn_core.lm import train as T  # noqa: E402
-from linattn_core.lm.layers import LAYERS  # noqa: E402
+from linattn_core.lm.stored import RECALL_SWEEP_WIDTH, SEEDS, SWEEP_LRS, SWEEP_STEPS  # noqa: E402
 
-SWEEP_LRS = ("1e-3", "3e-3", "1e-2")
-# every layer as the paper has it, and softmax with a short convolution (kernel 4), by file name
-LM_RUNS = {kind: (kind, None) for kind in LAYERS} | {"softmax-conv4": ("softmax", 4)}
-SWEEP_STEPS = 300
-SEEDS = (0, 1, 2)
+LM_RUNS = stored.lm_runs()  # every layer as the paper has it, and softmax-conv4, by file name
 REPLAY = 3  # first training losses recomputed per stored run
 LM_FILES = stored.names("sweep-*.json") + stored.names("full-*-seed*.json")
 MQAR_FILES = stored.names("mqar-*.json")
@@ -122,7 +118,7 @@ def test_stored_recall_run_is_the_preset_run(name):
     assert part["command"].startswith("python -m linattn_core.mqar --preset state")
     assert len(part["git_commit"] or "") == 40 and part["hardware"]["threads"] == 1
     if name.startswith("mqar-sweep-"):
-        assert c["n_embd"] == 48 and c["seed"] == 0  # the middle width (scripts/stored_runs.py)
+        assert c["n_embd"] == RECALL_SWEEP_WIDTH and c["seed"] == 0
         assert c["lr"] == float(name[: -len(".json")].split("-lr")[1])
     else:
         assert c["n_embd"] in preset.widths and c["seed"] in preset.seeds
