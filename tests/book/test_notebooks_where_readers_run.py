@@ -129,14 +129,43 @@ class Readers:
         return env
 
 
+# The client waits for each message in slices of a few seconds. Waiting on the socket for the whole
+# cell timeout at once can miss the wake-up of a reply that has already arrived (asyncio zmq polling;
+# nbclient issue 312, after a widget cell): the reply is then read only when the timeout ends, a
+# 20-minute stall of a notebook that ran in seconds. Each slice ends in a fresh look at the socket.
 RUNNER = """
 import sys
+import time
+from queue import Empty
+
 import nbformat
 from nbclient import NotebookClient
+
+SLICE_S = 5.0
+
+
+def sliced(get_msg):
+    async def get(timeout=None):
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            try:
+                return await get_msg(timeout=SLICE_S if left is None else min(SLICE_S, left))
+            except Empty:
+                if left is not None and left <= SLICE_S:
+                    raise
+    return get
+
+
+def on_start(notebook):
+    for channel in (client.kc.shell_channel, client.kc.iopub_channel):
+        channel.get_msg = sliced(channel.get_msg)
+
+
 source, out, kernel, cwd, timeout = sys.argv[1:6]
 nb = nbformat.read(source, as_version=4)
 client = NotebookClient(nb, kernel_name=kernel, timeout=int(timeout), startup_timeout=300,
-                        resources={"metadata": {"path": cwd}})
+                        resources={"metadata": {"path": cwd}}, on_notebook_start=on_start)
 try:
     client.execute()
 finally:
