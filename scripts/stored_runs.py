@@ -2,8 +2,9 @@
 
     python scripts/stored_runs.py lm-sweep  [--workers 2] [--dry-run]   # learning rates, every layer
     python scripts/stored_runs.py lm-seeds  [--workers 2] [--dry-run]   # three seeds at each layer's rate
-    python scripts/stored_runs.py mqar-sweep / mqar-seeds [--workers 2]  # the recall experiments
-    python scripts/stored_runs.py lm-sweep lm-seeds mqar-sweep mqar-seeds  # all: the sweeps, then the seeds
+    python scripts/stored_runs.py mqar-sweep / mqar-seeds [--workers 2]  # recall against state size
+    python scripts/stored_runs.py mqar-capacity [--workers 2]  # recall of 4, 8, 16 pairs at width 32
+    python scripts/stored_runs.py lm-sweep lm-seeds mqar-sweep mqar-seeds mqar-capacity  # all, sweeps first
 
 Each job is one ``python -m linattn_core.train`` (or ``.mqar``) process on one thread, niced, writing
 one JSON into ``linattn_core/lm/results/`` (package data: the chapter reads it through
@@ -76,7 +77,16 @@ def mqar_seeds() -> list[tuple[list[str], Path]]:
             for kind, width, _, seed in preset.runs()]
 
 
-PLANS = {"lm-sweep": lm_sweep, "lm-seeds": lm_seeds, "mqar-sweep": mqar_sweep, "mqar-seeds": mqar_seeds}
+def mqar_capacity() -> list[tuple[list[str], Path]]:
+    preset = mqar.PRESETS["capacity"]
+    return [(["-m", "linattn_core.mqar", "--preset", "capacity", "--kinds", kind, "--pairs", str(pairs),
+              "--seeds", str(seed), "--lr", stored.chosen_recall_lr(kind)],
+             RESULTS / f"mqar-capacity-{kind}-p{pairs}-seed{seed}.json")
+            for kind, _, pairs, seed in preset.runs()]
+
+
+PLANS = {"lm-sweep": lm_sweep, "lm-seeds": lm_seeds, "mqar-sweep": mqar_sweep, "mqar-seeds": mqar_seeds,
+         "mqar-capacity": mqar_capacity}
 
 
 def _kind(args: list[str]) -> str:
@@ -84,9 +94,10 @@ def _kind(args: list[str]) -> str:
 
 
 def _cost(args: list[str]) -> float:
-    """Relative time of a job: its layer's step cost, times the width for a recall run."""
+    """Relative time of a job: its layer's step cost, times the width and the pairs for a recall run."""
     width = int(args[args.index("--widths") + 1]) if "--widths" in args else 32
-    return COST.get(_kind(args), 1.0) * width
+    pairs = int(args[args.index("--pairs") + 1]) if "--pairs" in args else 8
+    return COST.get(_kind(args), 1.0) * width * (pairs + 8)
 
 
 def command(args: list[str], out: Path) -> list[str]:

@@ -4,6 +4,7 @@
 
     python -m linattn_core.mqar --preset book                                 # the chapter's small run
     python -m linattn_core.mqar --preset state --kinds gla --widths 32 --seeds 0   # one stored run
+    python -m linattn_core.mqar --preset capacity --kinds gla --pairs 16 --seeds 0   # a capacity run
     python -m linattn_core.mqar --kinds softmax deltanet --widths 32 64 --pairs 8 32 --conv 4 \\
         --lr 1e-3 --seeds 0 1 2 --n-keys 64 --n-values 64 --steps 3000 --json sweep.json
 
@@ -272,6 +273,13 @@ PRESETS: dict[str, Preset] = {
     # included: at width 16, or with 16 pairs, it had not left chance after 1,000 steps in the pilots)
     "state": Preset(("softmax", "elu+1", "gla", "deltanet"), (32, 48, 64), (8,), 1000,
                     {**_TASK, "eval_interval": 200}, seeds=(0, 1, 2)),
+    # the stored capacity sweep: the number of pairs taken past what a width-32 state holds (4, 8
+    # and 16 pairs; 16-token to 64-token sequences), three seeds, 3,000 steps. Softmax, which had not
+    # left chance at 16 pairs in 1,000 steps, is at 1.00 by step 1,000 of a 3,000-step run (its
+    # cosine still near the peak); with 32 pairs it reached 0.83 at best in 3,000 steps, so the
+    # sweep stops at 16, where the known-good model still solves the task.
+    "capacity": Preset(("softmax", "elu+1", "gla", "deltanet"), (32,), (4, 8, 16), 3000,
+                       {**_TASK, "eval_interval": 250}, seeds=(0, 1, 2)),
 }
 def _stored(result: dict) -> dict:
     """A run's results as stored: no model, the per-step curves thinned after their first steps."""
