@@ -167,27 +167,14 @@ def _quadratic(Q: Any, K: Any, V: Any, beta: Any) -> tuple[Any, Any]:
 
 
 def _chunked(Q: Any, K: Any, V: Any, beta: Any, C: int) -> tuple[Any, Any]:
-    """Chunks of ``C`` tokens, the state ``S`` carried between them.
-
-    A chunk's corrections against the carried state are ``U = T beta (V - K S) = W - Y S``, where
-    ``T = (I + tril(diag(beta) K K^T, -1))^{-1}`` does not depend on ``S``: ``W = T beta V`` and
-    ``Y = T beta K`` of every chunk come from one batched solve (the UT form of Yang et al. 2024),
-    and the loop over chunks only multiplies.
-    """
+    """Chunks of ``C`` tokens: a ``C x C`` solve each, the state ``S`` carried between them."""
     lead, n, f, d_v = tuple(K.shape[:-2]), int(K.shape[-2]), int(K.shape[-1]), int(V.shape[-1])
-    pad = -n % C  # zero tokens at the end (beta 0, k 0): they write nothing and their outputs are cut
-    if pad:
-        Q, K, V = (ops.concat([X, ops.zeros(lead + (pad, int(X.shape[-1])), X)], -2) for X in (Q, K, V))
-        beta = ops.concat([beta, ops.zeros(lead + (pad,), beta)], -1)
-    m = (n + pad) // C
-    Qc, Kc, Vc = (X.reshape(lead + (m, C, int(X.shape[-1]))) for X in (Q, K, V))  # (..., m, C, .)
-    WY = _corrections(Kc, ops.concat([Vc, Kc], -1), beta.reshape(lead + (m, C)))  # (..., m, C, d_v + f)
-    W, Y = WY[..., :d_v], WY[..., d_v:]
-    A = ops.lib(Qc).where(ops.causal_mask(C, Qc), Qc @ ops.swap_last(Kc), 0.0)  # (..., m, C, C)
     S = ops.zeros(lead + (f, d_v), K)
     ys = []
-    for i in range(m):
-        U = W[..., i, :, :] - Y[..., i, :, :] @ S  # the values chunk i writes, given what S holds
-        ys.append(Qc[..., i, :, :] @ S + A[..., i, :, :] @ U)
-        S = S + ops.swap_last(Kc[..., i, :, :]) @ U
-    return ops.concat(ys, -2)[..., :n, :], S
+    for s in range(0, n, C):
+        Qc, Kc, Vc = Q[..., s : s + C, :], K[..., s : s + C, :], V[..., s : s + C, :]
+        U = _corrections(Kc, Vc - Kc @ S, beta[..., s : s + C])  # corrections against the carried S
+        A = ops.lib(Qc).where(ops.causal_mask(int(Qc.shape[-2]), Qc), Qc @ ops.swap_last(Kc), 0.0)
+        ys.append(Qc @ S + A @ U)
+        S = S + ops.swap_last(Kc) @ U
+    return ops.concat(ys, -2), S

@@ -131,11 +131,7 @@ CHUNKED_CALLS = {
 @pytest.mark.parametrize("call", list(CHUNKED_CALLS.values()), ids=list(CHUNKED_CALLS))
 def test_chunk_size_defaults_to_64(call, mask_sizes):
     call(*qkv(n=140, batch=()))  # 140 = 64 + 64 + 12
-    if call in (CHUNKED_CALLS["delta_rule_attention"], CHUNKED_CALLS["delta_rule_attention-auto"]):
-        # the delta rule solves every chunk at once, so the last 12 tokens are padded to a full chunk
-        assert mask_sizes and set(mask_sizes) == {64}, mask_sizes
-    else:
-        assert max(mask_sizes) == 64 and 12 in mask_sizes, mask_sizes
+    assert max(mask_sizes) == 64 and 12 in mask_sizes, mask_sizes
 
 
 def test_auto_runs_the_recurrent_loop_up_to_8_tokens_and_chunks_from_9(mask_sizes):

@@ -4,7 +4,8 @@
   three rates spanning 10x, 300 steps (half the budget), seed 0), then three seeds at the chosen rate
   (``full-KIND-seedS.json``, the ``full`` preset's 600 steps);
 - recall (MQAR): the sweep of the rate at width 48 (``mqar-sweep-KIND-lrRATE.json``), then every width
-  and seed of the ``state`` preset at the chosen rate (``mqar-KIND-wWIDTH-seedS.json``).
+  and seed of the ``state`` preset at the chosen rate (``mqar-KIND-wWIDTH-seedS.json``), and every
+  number of pairs and seed of the ``capacity`` preset (``mqar-capacity-KIND-pPAIRS-seedS.json``).
 
 Each file must be the current preset's run (only the rate, the length and the seed overridden, as its
 recorded command says), have run to its end on one thread with a recorded commit, and reproduce: its
@@ -44,6 +45,7 @@ def test_every_recall_run_is_stored():
     preset = mqar.PRESETS["state"]
     want = [f"mqar-sweep-{k}-lr{lr}.json" for k in preset.kinds for lr in SWEEP_LRS]
     want += [f"mqar-{k}-w{w}-seed{s}.json" for k, w, _, s in preset.runs()]
+    want += [f"mqar-capacity-{k}-p{n}-seed{s}.json" for k, _, n, s in mqar.PRESETS["capacity"].runs()]
     missing = sorted(set(want) - set(stored.names()))
     assert not missing, f"not stored yet ({len(missing)}): {missing[:6]}...: python scripts/stored_runs.py"
 
@@ -109,13 +111,14 @@ def test_stored_lm_run_reproduces_its_first_losses(name, corpus, one_thread):
 @pytest.mark.parametrize("name", MQAR_FILES)
 def test_stored_recall_run_is_the_preset_run(name):
     part = stored.load(name)
-    preset = mqar.PRESETS["state"]
+    preset_name = "capacity" if name.startswith("mqar-capacity-") else "state"
+    preset = mqar.PRESETS[preset_name]
     (run,) = part["runs"]
     c = run["config"]
     want = {**preset.options, "steps": preset.steps}
     assert {k: c[k] for k in want if k != "lr"} == {k: v for k, v in want.items() if k != "lr"}
     assert c["attention"] in preset.kinds and c["n_pairs"] in preset.pairs
-    assert part["command"].startswith("python -m linattn_core.mqar --preset state")
+    assert part["command"].startswith(f"python -m linattn_core.mqar --preset {preset_name} ")
     assert len(part["git_commit"] or "") == 40 and part["hardware"]["threads"] == 1
     if name.startswith("mqar-sweep-"):
         assert c["n_embd"] == RECALL_SWEEP_WIDTH and c["seed"] == 0
@@ -123,6 +126,8 @@ def test_stored_recall_run_is_the_preset_run(name):
     else:
         assert c["n_embd"] in preset.widths and c["seed"] in preset.seeds
         assert c["lr"] == float(stored.chosen_recall_lr(c["attention"]))
+    if preset_name == "capacity":
+        assert name == f"mqar-capacity-{c['attention']}-p{c['n_pairs']}-seed{c['seed']}.json"
     assert 0.0 <= run["final_accuracy"] <= 1.0 and run["curves"]["val_step"][-1] == c["steps"]
 
 

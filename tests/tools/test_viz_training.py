@@ -71,3 +71,16 @@ def test_recall_points_are_the_seed_means_with_their_range():
     assert_close(np.array(tr.error_y.array), [0.1, 0.05], dtype="float64")
     assert_close(np.array(tr.error_y.arrayminus), [0.1, 0.05], dtype="float64")
     assert fig.layout.xaxis.type == "log"
+
+
+def test_capacity_points_are_the_seed_means_by_pairs_with_the_no_lookup_line():
+    points = {"gla": [(16, 576, [0.1, 0.3, 0.2]), (4, 576, [1.0, 0.9, 0.95])]}
+    fig = vt.recall_capacity_figure(points, chance={4: 0.4, 16: 0.2})
+    tr, line = fig.data
+    assert list(tr.x) == [4, 16] and list(tr.customdata) == [576, 576]  # sorted by pairs, state in hover
+    assert_close(np.array(tr.y), [0.95, 0.2], dtype="float64")
+    assert_close(np.array(tr.error_y.array), [0.05, 0.1], dtype="float64")
+    assert_close(np.array(tr.error_y.arrayminus), [0.05, 0.1], dtype="float64")
+    assert list(line.x) == [4, 16] and list(line.y) == [0.4, 0.2]
+    assert list(fig.layout.xaxis.tickvals) == [4, 16] and fig.layout.xaxis.type == "log"
+    assert len(vt.recall_capacity_figure(points).data) == 1  # no line without chance

@@ -17,7 +17,7 @@ import plotly.graph_objects as go
 
 from .style import finish, legend_below, log_axis
 
-__all__ = ["LAYER_STYLE", "contrast_figure", "lr_sweep_figure", "recall_state_figure", "seed_curves_figure",
+__all__ = ["LAYER_STYLE", "contrast_figure", "lr_sweep_figure", "recall_capacity_figure", "recall_state_figure", "seed_curves_figure",
            "style_of"]
 
 # colour-blind-safe (Okabe-Ito and its darker companions), one per layer; a contrast's pair shares it
@@ -159,4 +159,39 @@ def recall_state_figure(points: Mapping[str, Sequence[tuple[float, Sequence[floa
     finish(fig, title=title, alt="Recall accuracy of each layer against the size of what it keeps per "
            "sequence: a point per model width, the mean of the seeds with a bar from the lowest to the "
            "highest seed.", height=460)
+    return legend_below(fig)
+
+
+def recall_capacity_figure(points: Mapping[str, Sequence[tuple[int, float, Sequence[float]]]], *,
+                           chance: Mapping[int, float] | None = None, title: str | None = None) -> go.Figure:
+    """Recall accuracy against the number of key-value pairs at one width, to show where each layer's
+    state runs out. ``points``: ``{kind: [(pairs, state size, [accuracy of each seed]), ...]}``; each
+    point is the seeds' mean with a bar from the lowest to the highest seed; ``chance``: ``{pairs:
+    the best accuracy that never reads a key}``."""
+    fig = go.Figure()
+    for kind, pts in points.items():
+        colour, dash = style_of(kind)
+        pts = sorted(pts, key=lambda p: p[0])
+        acc = [np.asarray(p[2], dtype=float) for p in pts]
+        mean = [a.mean() for a in acc]
+        fig.add_trace(go.Scatter(
+            x=[p[0] for p in pts], y=mean, name=kind, mode="lines+markers", line={"color": colour, "dash": dash},
+            customdata=[p[1] for p in pts],
+            error_y={"type": "data", "symmetric": False, "color": colour,
+                     "array": [a.max() - m for a, m in zip(acc, mean, strict=True)],
+                     "arrayminus": [m - a.min() for a, m in zip(acc, mean, strict=True)]},
+            hovertemplate=f"{kind}<br>%{{x}} pairs<br>state %{{customdata:,}} numbers per layer"
+                          "<br>accuracy %{y:.3f}<extra></extra>"))
+    if chance:
+        pairs = sorted(chance)
+        fig.add_trace(go.Scatter(x=pairs, y=[chance[n] for n in pairs], name="no lookup (best guess)",
+                                 mode="lines", line={"color": "grey", "dash": "dot"},
+                                 hovertemplate="%{x} pairs: %{y:.3f} without reading a key<extra></extra>"))
+    all_pairs = sorted({p[0] for pts in points.values() for p in pts})
+    fig.update_xaxes(title="key-value pairs per sequence (log scale)", type="log", tickvals=all_pairs,
+                     ticktext=[str(n) for n in all_pairs])
+    fig.update_yaxes(title="recall accuracy on held-out sequences", range=[-0.02, 1.05])
+    finish(fig, title=title, alt="Recall accuracy of each layer against the number of key-value pairs it "
+           "must hold, at one model width: the mean of the seeds with a bar from the lowest to the highest "
+           "seed, and the best accuracy that never reads a key.", height=460)
     return legend_below(fig)
