@@ -140,11 +140,14 @@ def _recurrent(Q: Any, K: Any, V: Any, beta: Any) -> tuple[Any, Any]:
     return ops.stack(ys, -2), S
 
 
-def _solve_unit_lower(T: Any, rhs: Any) -> Any:
-    """Solve ``T X = rhs`` for a unit lower-triangular ``T: (..., c, c)``."""
-    if ops.is_torch(T):
-        return ops.torch_module().linalg.solve_triangular(T, rhs, upper=False, unitriangular=True)
-    return np.linalg.solve(T, rhs)
+def _solve_unit_lower(L: Any, rhs: Any) -> Any:
+    """Solve ``(I + tril(L, -1)) X = rhs``: only the entries of ``L: (..., c, c)`` below the diagonal
+    are read (torch's triangular solve reads nothing else, so no mask is built for it)."""
+    if ops.is_torch(L):
+        return ops.torch_module().linalg.solve_triangular(L, rhs, upper=False, unitriangular=True)
+    c = int(L.shape[-1])
+    strict = ops.causal_mask(c, L) & ~np.eye(c, dtype=bool)  # j < i: earlier tokens only
+    return np.linalg.solve(np.eye(c) + np.where(strict, L, 0.0), rhs)
 
 
 def _corrections(K: Any, rhs: Any, beta: Any) -> Any:
@@ -152,11 +155,7 @@ def _corrections(K: Any, rhs: Any, beta: Any) -> Any:
 
     K: (..., c, f), rhs: (..., c, d_v), beta: (..., c) -> U: (..., c, d_v)
     """
-    c = int(K.shape[-2])
-    strict = ops.causal_mask(c, K) & ~ops.swap_last(ops.causal_mask(c, K))  # j < i: earlier tokens only
-    KK = ops.lib(K).where(strict, beta[..., :, None] * (K @ ops.swap_last(K)), 0.0)
-    eye = ops.from_numpy(np.eye(c), K)
-    return _solve_unit_lower(eye + KK, beta[..., :, None] * rhs)
+    return _solve_unit_lower(beta[..., :, None] * (K @ ops.swap_last(K)), beta[..., :, None] * rhs)
 
 
 def _quadratic(Q: Any, K: Any, V: Any, beta: Any) -> tuple[Any, Any]:
