@@ -116,6 +116,11 @@ def _prepare(q: Any, k: Any, v: Any, feature_map: Any, decay: Any, log_decay: An
     return be, phi, phi_q, phi_k, v, log_g
 
 
+def _never_decays(log_g: Any) -> bool:
+    """Every gate is exactly 1 (``log g = 0``) and none is learned: ``S_t = S_{t-1} + ...``."""
+    return not (ops.is_torch(log_g) and log_g.requires_grad) and not bool((log_g != 0).any())
+
+
 def _scores(phi_q: Any, phi_k: Any, b: Any) -> Any:
     """Decayed scores of a span of tokens, masked to ``j <= i``: ``(..., c, c)``.
 
@@ -256,7 +261,9 @@ def decayed_linear_attention(
     be, phi, phi_q, phi_k, v, log_g = _prepare(q, k, v, feature_map, decay, log_decay, normalize, where)
     scalar_gates = int(log_g.shape[-1]) == 1
     if scalar_gates and not return_state and linear_grad.needs_grad(phi_q, phi_k, v, log_g):
-        out = linear_grad.causal_linear_attention(phi_q, phi_k, v, phi, log_g=log_g[..., 0],
+        # gates of exactly 1 that are not learned are no decay: the plain form, whose backward is compiled
+        log_g = None if _never_decays(log_g) else log_g[..., 0]
+        out = linear_grad.causal_linear_attention(phi_q, phi_k, v, phi, log_g=log_g,
                                                   normalize=normalize, eps=eps, chunk_size=chunk_size,
                                                   features=True)
         return be.to_output(out)  # training: O(N) memory

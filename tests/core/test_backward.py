@@ -173,6 +173,28 @@ def test_decayed_linear_attention_uses_it(normalize):
     assert "CausalLinearAttention" not in type(out.grad_fn).__name__
 
 
+@pytest.mark.parametrize("normalize", [True, False])
+@pytest.mark.parametrize("gate", ["decay=1", "log_decay=0", "ones-per-token", "ones-learned"])
+def test_gates_of_one_train_through_the_plain_form_unless_they_are_learned(gate, normalize, monkeypatch):
+    q, k, v, gates, dout = _inputs((2, 3), 50, seed=6, dtype=torch.float32)
+    q.requires_grad_()
+    ones = torch.ones_like(gates, requires_grad=gate == "ones-learned")
+    kwargs = {"decay=1": {"decay": 1.0}, "log_decay=0": {"log_decay": 0.0}}.get(gate, {"decay": ones})
+    seen = []
+    real = linear_grad.causal_linear_attention
+    monkeypatch.setattr(linear_grad, "causal_linear_attention",
+                        lambda *a, **kw: seen.append(kw["log_g"]) or real(*a, **kw))
+    out = decayed_linear_attention(q, k, v, normalize=normalize, chunk_size=16, **kwargs)
+    assert len(seen) == 1 and (seen[0] is None) == (gate != "ones-learned"), gate  # which form trained
+    q64, k64, v64 = (x.detach().double().requires_grad_() for x in (q, k, v))
+    expected = decayed_kernel_attention(q64, k64, v64, decay=1.0, normalize=normalize)
+    assert_close(out, expected.detach(), dtype="float32")
+    learned = [ones] if gate == "ones-learned" else []
+    dq, *dg = torch.autograd.grad(out, [q, *learned], dout)
+    assert_close(dq, torch.autograd.grad(expected, q64, dout.double())[0], dtype="float32")
+    assert all(torch.isfinite(g).all() and g.abs().max() > 0 for g in dg)  # a learned gate keeps its gradient
+
+
 def test_forward_keeps_only_its_inputs():
     q, k, v, _, _ = _inputs((2,), 100, seed=6)
     q, k, v = (x.requires_grad_() for x in (q, k, v))

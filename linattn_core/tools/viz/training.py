@@ -17,8 +17,8 @@ import plotly.graph_objects as go
 
 from .style import finish, legend_below, log_axis
 
-__all__ = ["LAYER_STYLE", "contrast_figure", "lr_sweep_figure", "recall_capacity_figure", "recall_state_figure", "seed_curves_figure",
-           "style_of"]
+__all__ = ["LAYER_STYLE", "contrast_figure", "lr_sweep_figure", "recall_capacity_figure",
+           "recall_state_figure", "seed_curves_figure", "style_of"]
 
 # colour-blind-safe (Okabe-Ito and its darker companions), one per layer; a contrast's pair shares it
 LAYER_STYLE: dict[str, tuple[str, str]] = {
@@ -175,8 +175,8 @@ def recall_capacity_figure(points: Mapping[str, Sequence[tuple[int, float, Seque
         acc = [np.asarray(p[2], dtype=float) for p in pts]
         mean = [a.mean() for a in acc]
         fig.add_trace(go.Scatter(
-            x=[p[0] for p in pts], y=mean, name=kind, mode="lines+markers", line={"color": colour, "dash": dash},
-            customdata=[p[1] for p in pts],
+            x=[p[0] for p in pts], y=mean, customdata=[p[1] for p in pts], name=kind, mode="lines+markers",
+            line={"color": colour, "dash": dash},
             error_y={"type": "data", "symmetric": False, "color": colour,
                      "array": [a.max() - m for a, m in zip(acc, mean, strict=True)],
                      "arrayminus": [m - a.min() for a, m in zip(acc, mean, strict=True)]},
