@@ -29,7 +29,7 @@ sys.path.insert(0, str(ROOT))
 
 from linattn_core.lm import mqar, stored  # noqa: E402  (the repository's package)
 from linattn_core.lm.layers import LAYERS  # noqa: E402
-from linattn_core.lm.stored import RECALL_SWEEP_WIDTH, SEEDS, SWEEP_LRS, SWEEP_STEPS  # noqa: E402
+from linattn_core.lm.stored import RECALL_SWEEP_LRS, RECALL_SWEEP_WIDTH, SEEDS, SWEEP_LRS, SWEEP_STEPS  # noqa: E402
 
 RESULTS = stored.directory()
 LOGS = ROOT / ".cache" / "runs"
@@ -66,7 +66,7 @@ def mqar_sweep() -> list[tuple[list[str], Path]]:
     width = str(RECALL_SWEEP_WIDTH)
     return [(["-m", "linattn_core.mqar", "--preset", "state", "--kinds", kind, "--widths", width,
               "--seeds", "0", "--lr", lr], RESULTS / f"mqar-sweep-{kind}-lr{lr}.json")
-            for kind in preset.kinds for lr in SWEEP_LRS]
+            for kind in preset.kinds for lr in RECALL_SWEEP_LRS]
 
 
 def mqar_seeds() -> list[tuple[list[str], Path]]:

@@ -20,14 +20,15 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-__all__ = ["RECALL_SWEEP_WIDTH", "SEEDS", "SWEEP_LRS", "SWEEP_STEPS", "chosen_lr", "chosen_recall_lr",
-           "directory", "lm_runs", "load", "names", "path", "recall_sweep", "sweep"]
+__all__ = ["RECALL_SWEEP_LRS", "RECALL_SWEEP_WIDTH", "SEEDS", "SWEEP_LRS", "SWEEP_STEPS", "chosen_lr",
+           "chosen_recall_lr", "directory", "lm_runs", "load", "names", "path", "recall_sweep", "sweep"]
 
 # The plan the stored files follow, read by scripts/stored_runs.py (which makes them), by
 # tests/lm/test_stored_runs.py (which checks them) and by the training chapter (which shows them).
-SWEEP_LRS = ("1e-3", "3e-3", "1e-2")  # peak rates spanning 10x, written as in the file names
+SWEEP_LRS = ("1e-3", "3e-3", "1e-2", "3e-2")  # the language model's peak rates, as in the file names
 SWEEP_STEPS = 300  # the language model's sweep: half the ``full`` preset's budget, seed 0
 SEEDS = (0, 1, 2)  # then every layer at its chosen rate, once per seed
+RECALL_SWEEP_LRS = ("1e-3", "3e-3", "1e-2")  # the recall sweep's rates
 RECALL_SWEEP_WIDTH = 48  # the recall sweep tries the rates at the middle width, seed 0
 
 

@@ -1,7 +1,7 @@
 """The stored experiments of the training chapter (linattn_core/lm/results/, made by scripts/stored_runs.py).
 
 - the language model on Shakespeare: a learning-rate sweep of every layer (``sweep-KIND-lrRATE.json``,
-  three rates spanning 10x, 300 steps (half the budget), seed 0), then three seeds at the chosen rate
+  four rates spanning 30x, 300 steps (half the budget), seed 0), then three seeds at the chosen rate
   (``full-KIND-seedS.json``, the ``full`` preset's 600 steps);
 - recall (MQAR): the sweep of the rate at width 48 (``mqar-sweep-KIND-lrRATE.json``), then every width
   and seed of the ``state`` preset at the chosen rate (``mqar-KIND-wWIDTH-seedS.json``), and every
@@ -26,7 +26,7 @@ torch = pytest.importorskip("torch")
 
 from linattn_core.lm import data, mqar, stored  # noqa: E402 - after the importorskip
 from linattn_core.lm import train as T  # noqa: E402
-from linattn_core.lm.stored import RECALL_SWEEP_WIDTH, SEEDS, SWEEP_LRS, SWEEP_STEPS  # noqa: E402
+from linattn_core.lm.stored import RECALL_SWEEP_LRS, RECALL_SWEEP_WIDTH, SEEDS, SWEEP_LRS, SWEEP_STEPS  # noqa: E402
 
 LM_RUNS = stored.lm_runs()  # every layer as the paper has it, and softmax-conv4, by file name
 REPLAY = 3  # first training losses recomputed per stored run
@@ -43,7 +43,7 @@ def test_every_layer_has_its_sweep_and_seeds():
 
 def test_every_recall_run_is_stored():
     preset = mqar.PRESETS["state"]
-    want = [f"mqar-sweep-{k}-lr{lr}.json" for k in preset.kinds for lr in SWEEP_LRS]
+    want = [f"mqar-sweep-{k}-lr{lr}.json" for k in preset.kinds for lr in RECALL_SWEEP_LRS]
     want += [f"mqar-{k}-w{w}-seed{s}.json" for k, w, _, s in preset.runs()]
     want += [f"mqar-capacity-{k}-p{n}-seed{s}.json" for k, _, n, s in mqar.PRESETS["capacity"].runs()]
     missing = sorted(set(want) - set(stored.names()))
