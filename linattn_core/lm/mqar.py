@@ -54,7 +54,7 @@ import torch.nn.functional as F
 
 from .._provenance import environment, git_commit, pick_device
 from .model import KINDS, LanguageModel, ModelConfig
-from .train import FIRST_LOSSES, TrainConfig, fit, thin_curves
+from .train import DIVERGED, FIRST_LOSSES, TrainConfig, fit, thin_curves
 
 __all__ = ["FIRST_LOSSES", "IGNORE", "PRESETS", "RECALL_KINDS", "Preset", "RecallConfig", "accuracy",
            "bag_chance", "chance", "make_batch", "merge", "mode_chance", "recall_loss", "replay_losses",
@@ -226,13 +226,14 @@ def train_recall(kind: str, width: int, n_pairs: int, steps: int, *, progress: b
     run = fit(model, cfg.train_config(), batch=batch, loss=recall_loss,
               evaluate=evaluate if validate else None, config=asdict(cfg), stop_after=stop_after,
               progress=progress, desc=f"{kind} n={n_pairs}")
-    curves = run["curves"]
+    curves, diverged = run["curves"], run["diverged_at"] is not None  # diverged: no final evaluation
     if not validate:  # the training losses alone (a replay of a stored run's first steps)
         return {"config": asdict(cfg), "curves": curves, "model": model}
     return {"config": asdict(cfg), "parameters": model.num_parameters(),
             "state_size": model.blocks[0].attn.state_size(cfg.seq_len), "chance": chance(cfg.n_values),
             "bag_chance": bag_chance(cfg.n_pairs, cfg.n_values),
-            "final_accuracy": curves["val_accuracy"][-1], "final_loss": curves["val_loss"][-1],
+            "final_accuracy": None if diverged else curves["val_accuracy"][-1],
+            "final_loss": None if diverged else curves["val_loss"][-1], "diverged_at": run["diverged_at"],
             "wall_s": run["wall_s"], "curves": curves, "model": model}
 
 
@@ -306,9 +307,10 @@ def run_sweep(preset: Preset, *, name: str = "custom", progress: bool = True, th
         options = {**preset.options, "seed": seed}
         result = train_recall(kind, width, n_pairs, preset.steps, progress=progress, device=device, **options)
         runs.append(_stored(result))
-        print(f"{kind:18s} width {width:3d}  {n_pairs:3d} pairs  seed {seed}: accuracy"
-              f" {result['final_accuracy']:.3f} (chance {result['chance']:.3f}), {result['wall_s']:.1f} s",
-              flush=True)
+        what = (f"diverged at step {result['diverged_at']} (lower --lr)" if result["diverged_at"] is not None
+                else f"accuracy {result['final_accuracy']:.3f} (chance {result['chance']:.3f})")
+        print(f"{kind:18s} width {width:3d}  {n_pairs:3d} pairs  seed {seed}: {what},"
+              f" {result['wall_s']:.1f} s", flush=True)
     return {"preset": name, "command": None, "sweep": preset.to_dict(), "git_commit": commit,
             "hardware": environment(device), "wall_s": time.perf_counter() - t0, "runs": runs}
 
@@ -416,6 +418,8 @@ def main(argv: list[str] | None = None) -> dict:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json).write_text(json.dumps(results, indent=1) + "\n")
     print(f"{len(results['runs'])} runs in {results['wall_s']:.0f} s", f"-> {args.json}" if args.json else "")
+    if any(run.get("diverged_at") is not None for run in results["runs"]):
+        raise SystemExit(DIVERGED)  # written and reported above; the status tells a script
     return results
 
 

@@ -83,8 +83,11 @@ def sweep(kind: str) -> dict[str, dict[str, Any]]:
 
 
 def chosen_lr(kind: str) -> str:
-    """The rate of the layer's sweep with the lowest final validation loss, as written in its file name."""
-    runs = sweep(kind)
+    """The rate of the layer's sweep with the lowest final validation loss, as written in its file name
+    (a run that diverged has no final loss and is never chosen)."""
+    runs = {lr: run for lr, run in sweep(kind).items() if run["final_val_loss"] is not None}
+    if not runs:
+        raise ValueError(f"every rate of the sweep of {kind!r} diverged: sweep lower rates")
     return min(runs, key=lambda lr: runs[lr]["final_val_loss"])
 
 
@@ -99,6 +102,9 @@ def recall_sweep(kind: str) -> dict[str, dict[str, Any]]:
 
 
 def chosen_recall_lr(kind: str) -> str:
-    """The rate of the layer's recall sweep with the highest final accuracy (then the lowest loss)."""
-    runs = recall_sweep(kind)
+    """The rate of the layer's recall sweep with the highest final accuracy (then the lowest loss); a run
+    that diverged is never chosen."""
+    runs = {lr: run for lr, run in recall_sweep(kind).items() if run["final_accuracy"] is not None}
+    if not runs:
+        raise ValueError(f"every rate of the recall sweep of {kind!r} diverged: sweep lower rates")
     return max(runs, key=lambda lr: (runs[lr]["final_accuracy"], -runs[lr]["final_loss"]))

@@ -37,7 +37,7 @@ from .._provenance import environment, git_commit, pick_device
 from .data import Corpus, load_corpus
 from .model import KINDS, LanguageModel, ModelConfig
 
-__all__ = ["PRESETS", "TrainConfig", "fit", "get_batch", "lm_loss", "lr_at", "make_optimizer",
+__all__ = ["DIVERGED", "PRESETS", "TrainConfig", "fit", "get_batch", "lm_loss", "lr_at", "make_optimizer",
            "optimizer_step", "replay_losses", "save_results", "thin_curves", "train"]
 
 
@@ -116,14 +116,21 @@ def make_optimizer(model: torch.nn.Module, cfg: TrainConfig) -> torch.optim.Adam
 
 @torch.no_grad()
 def optimizer_step(opt: torch.optim.Optimizer, model: torch.nn.Module, loss: Any, lr: float,
-                   grad_clip: float) -> None:
-    """One step on ``loss`` at learning rate ``lr``, the gradients clipped to norm ``grad_clip``."""
+                   grad_clip: float) -> bool:
+    """One step on ``loss`` at learning rate ``lr``, the gradients clipped to norm ``grad_clip``.
+
+    Returns False, and leaves the weights as they were, when the loss or a gradient is not finite
+    (a diverged run: clipping cannot repair an infinite norm, it would write NaN into every weight).
+    """
     for group in opt.param_groups:
         group["lr"] = lr
     opt.zero_grad(set_to_none=True)
     loss.backward()
-    torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
+    norm = torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
+    if not (torch.isfinite(loss.detach()) and torch.isfinite(norm)):
+        return False
     opt.step()
+    return True
 
 
 def _new_curves() -> dict[str, list]:
@@ -160,8 +167,12 @@ def fit(model: torch.nn.Module, cfg: TrainConfig, *, batch: Batch, loss: Loss,
     are saved at the end; ``resume=True`` continues from there, refusing a checkpoint written with
     another ``config`` (the caller's whole configuration, as a dict).
 
+    A step whose loss or gradient is not finite ends the run there, unapplied (the learning rate is
+    too high for this model): ``diverged_at`` is that step, and no evaluation follows (None otherwise).
+
     Returns ``curves`` (``step``, ``train_loss``, ``lr`` per step; ``val_step`` and ``val_<name>`` per
-    evaluation), ``steps_done``, ``start`` (the first step of this call) and ``wall_s`` (all calls).
+    evaluation), ``steps_done``, ``start`` (the first step of this call), ``wall_s`` (all calls) and
+    ``diverged_at``.
     """
     from tqdm.auto import tqdm
 
@@ -181,25 +192,29 @@ def fit(model: torch.nn.Module, cfg: TrainConfig, *, batch: Batch, loss: Loss,
     end = cfg.max_steps if stop_after is None else min(cfg.max_steps, start + stop_after)
     t0 = time.perf_counter()
     bar = tqdm(range(start, end), desc=desc, disable=not progress, leave=False)
+    diverged = None
     for step in bar:
         if evaluate is not None and step % cfg.eval_interval == 0:
             _record_eval(model, evaluate, step, curves)
         lr = lr_at(step, cfg)
         x, y = batch(step)
         value = loss(model(x), y)
-        optimizer_step(opt, model, value, lr, cfg.grad_clip)
+        finite = optimizer_step(opt, model, value, lr, cfg.grad_clip)
         curves["step"].append(step)
         curves["train_loss"].append(value.item())
         curves["lr"].append(lr)
         bar.set_postfix(loss=f"{curves['train_loss'][-1]:.3f}")
+        if not finite:
+            diverged, end = step, step
+            break
     at_end = end == cfg.max_steps and (not curves["val_step"] or curves["val_step"][-1] != end)
-    if evaluate is not None and at_end:
+    if evaluate is not None and at_end and diverged is None:
         _record_eval(model, evaluate, end, curves)
     wall += time.perf_counter() - t0
     if checkpoint is not None:
         torch.save({"config": config, "model": model.state_dict(), "optimizer": opt.state_dict(),
                     "step": end, "wall_s": wall, "curves": curves}, checkpoint)
-    return {"curves": curves, "steps_done": end, "start": start, "wall_s": wall}
+    return {"curves": curves, "steps_done": end, "start": start, "wall_s": wall, "diverged_at": diverged}
 
 
 def train(cfg: TrainConfig, corpus: Corpus, *, device: str = "auto", checkpoint: str | Path | None = None,
@@ -236,7 +251,8 @@ def train(cfg: TrainConfig, corpus: Corpus, *, device: str = "auto", checkpoint:
     return {"config": asdict(cfg), "model_config": model.cfg.to_dict(), "parameters": model.num_parameters(),
             "steps_done": end, "git_commit": commit, "hardware": environment(device), "wall_s": wall,
             "tokens_per_s": (end - run["start"]) * cfg.batch_size * cfg.block_size / max(wall, 1e-9),
-            "final_val_loss": curves["val_loss"][-1] if curves.get("val_loss") else None,
+            "final_val_loss": curves["val_loss"][-1] if curves.get("val_loss") and run["diverged_at"] is None
+            else None, "diverged_at": run["diverged_at"],
             "unigram_entropy": corpus.unigram_entropy(), "curves": curves, "model": model}
 
 
@@ -269,6 +285,10 @@ def replay_losses(results: dict, corpus: Corpus, steps: int) -> list[float]:
     cfg = TrainConfig(**results["config"])
     return train(cfg, corpus, device="cpu", stop_after=steps, progress=False,
                  validate=False)["curves"]["train_loss"]
+
+
+#: The exit status of ``python -m linattn_core.train`` when the run diverged (its JSON is written).
+DIVERGED = 3
 
 
 def _positive(text: str, kind: type = int) -> Any:
@@ -314,6 +334,11 @@ def main(argv: list[str] | None = None) -> dict:
     results["command"] = "python -m linattn_core.train " + " ".join(sys.argv[1:] if argv is None else argv)
     out = args.out or f"results/{args.preset}-{args.attention}.json"
     save_results(results, out)
+    if results["diverged_at"] is not None:
+        print(f"{args.attention}: diverged at step {results['diverged_at']} (a loss or gradient that is not"
+              f" finite) at peak lr {cfg.lr:g}; the run stopped there, unapplied -> {out}. A lower --lr"
+              " trains this model.", file=sys.stderr)
+        raise SystemExit(DIVERGED)
     print(f"{args.attention}: validation loss {results['final_val_loss']:.4f} nats/char after"
           f" {results['steps_done']} steps, {results['wall_s']:.1f} s on {results['hardware']['device']}"
           f" -> {out}")

@@ -50,6 +50,19 @@ def test_every_recall_run_is_stored():
     assert not missing, f"not stored yet ({len(missing)}): {missing[:6]}...: python scripts/stored_runs.py"
 
 
+def test_a_rate_that_diverged_is_never_chosen(monkeypatch):
+    runs = {"1e-3": {"final_val_loss": 2.0}, "1e-2": {"final_val_loss": 1.9},
+            "3e-2": {"final_val_loss": None}}
+    monkeypatch.setattr(stored, "sweep", lambda kind: runs)
+    assert stored.chosen_lr("x") == "1e-2"
+    monkeypatch.setattr(stored, "sweep", lambda kind: {"3e-2": {"final_val_loss": None}})
+    with pytest.raises(ValueError, match="every rate of the sweep of 'x' diverged"):
+        stored.chosen_lr("x")
+    recall = {"1e-3": {"final_accuracy": 0.5, "final_loss": 1.0}, "1e-2": {"final_accuracy": None}}
+    monkeypatch.setattr(stored, "recall_sweep", lambda kind: recall)
+    assert stored.chosen_recall_lr("x") == "1e-3"
+
+
 def _lm_expected(name: str, run: dict) -> dict:
     """The configuration the file's name and recorded command say it ran."""
     m = re.fullmatch(r"sweep-(.+)-lr(.+)\.json", name) or re.fullmatch(r"full-(.+)-seed(\d+)\.json", name)
@@ -69,10 +82,15 @@ def test_stored_lm_run_is_the_recorded_command_run_to_its_end(name):
     assert run["command"].startswith(f"python -m linattn_core.train --attention {kind} ")
     assert "--preset full" in run["command"] and "--lr " in run["command"] and run["preset"] == "full"
     assert (f"--conv {conv}" in run["command"]) == (conv is not None)
-    assert run["steps_done"] == run["config"]["max_steps"]
     assert run["hardware"]["threads"] == 1 and len(run["git_commit"] or "") == 40
     curves = run["curves"]
     assert curves["step"][: T.FIRST_LOSSES] == list(range(T.FIRST_LOSSES))
+    if run.get("diverged_at") is not None:  # a rate too high: a sweep's result, never a seed's
+        assert name.startswith("sweep-")
+        assert run["steps_done"] == run["diverged_at"] < run["config"]["max_steps"]
+        assert run["final_val_loss"] is None and curves["val_step"][-1] <= run["diverged_at"]
+        return
+    assert run["steps_done"] == run["config"]["max_steps"]
     assert curves["val_step"][-1] == run["steps_done"] and run["final_val_loss"] == curves["val_loss"][-1]
 
 

@@ -167,3 +167,43 @@ def test_bad_arguments(corpus):
         T.train(replace(TINY, attention="linear"), corpus, progress=False)
     with pytest.raises(ValueError, match="block_size"):
         T.get_batch(np.arange(5), 2, 8, np.random.default_rng(0))
+
+
+def _loss_blowing_up_at(step_no):
+    """lm_loss, but infinite on the ``step_no``-th call (the model, data and gradients stay real)."""
+    calls, real = itertools.count(), T.lm_loss
+
+    def loss(logits, targets):
+        value = real(logits, targets)
+        return value * float("inf") if next(calls) == step_no else value
+
+    return loss
+
+
+def test_a_run_that_diverges_stops_there_unapplied_and_says_so(corpus):
+    cfg = TINY
+    clean = T.train(replace(cfg, max_steps=3), corpus, device="cpu", progress=False, validate=False)
+    # validate=False: every call of the loss is a training step, so the 4th is step 3
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(T, "lm_loss", _loss_blowing_up_at(3))
+        run = T.train(cfg, corpus, device="cpu", progress=False, validate=False)
+    assert run["diverged_at"] == 3 and run["steps_done"] == 3 and run["final_val_loss"] is None
+    assert run["curves"]["step"] == [0, 1, 2, 3] and not np.isfinite(run["curves"]["train_loss"][-1])
+    for p, q in zip(_params(run["model"]), _params(clean["model"]), strict=True):
+        assert torch.equal(p, q)  # the infinite step changed no weight
+    assert clean["diverged_at"] is None
+
+
+def test_the_cli_writes_a_diverged_run_and_exits_with_its_status(monkeypatch, corpus, tmp_path, capsys):
+    monkeypatch.setattr(T, "load_corpus", lambda: corpus)
+    monkeypatch.setitem(T.PRESETS, "book", replace(TINY, eval_interval=100))
+    # validation runs at step 0 and calls the loss too (eval_batches of them) before training step 0
+    monkeypatch.setattr(T, "lm_loss", _loss_blowing_up_at(TINY.eval_batches + 2))
+    out = tmp_path / "r.json"
+    with pytest.raises(SystemExit) as stop:
+        T.main(["--threads", "1", "--lr", "3e-2", "--no-progress", "--out", str(out)])
+    assert stop.value.code == T.DIVERGED == 3
+    saved = json.loads(out.read_text())
+    assert saved["diverged_at"] == 2 and saved["final_val_loss"] is None and saved["steps_done"] == 2
+    assert saved["curves"]["val_step"] == [0]  # no evaluation of the stopped model
+    assert "diverged at step 2" in capsys.readouterr().err
