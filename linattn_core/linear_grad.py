@@ -176,9 +176,15 @@ class _Decay:
 
     def __init__(self, lam: Any, mask: Any) -> None:
         torch = ops.torch_module()
-        gap = torch.where(mask, lam[..., :, None] - lam[..., None, :], -math.inf)
-        self.D = torch.exp(gap)
-        self.into = torch.exp(lam)[..., None]
+        into = torch.exp(lam)
+        if float(-lam[..., -1].detach().min()) < 0.5 * math.log(torch.finfo(lam.dtype).max):
+            # exp(lam_i - lam_j) = exp(lam_i) exp(-lam_j): c exponentials instead of c x c, several
+            # times faster; safe while no factor, nor the product above the diagonal that the mask
+            # then zeroes, can overflow (lam is <= 0 and falls along the chunk, its lowest is last)
+            self.D = into[..., :, None] * torch.exp(-lam)[..., None, :] * mask.to(lam.dtype)
+        else:
+            self.D = torch.exp(torch.where(mask, lam[..., :, None] - lam[..., None, :], -math.inf))
+        self.into = into[..., None]
         self.tail = torch.exp(lam[..., -1:] - lam)[..., None]
         self.gamma = torch.exp(lam[..., -1])
 

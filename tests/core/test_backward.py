@@ -195,6 +195,46 @@ def test_gates_of_one_train_through_the_plain_form_unless_they_are_learned(gate,
     assert all(torch.isfinite(g).all() and g.abs().max() > 0 for g in dg)  # a learned gate keeps its gradient
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, F64])
+def test_decay_factors_come_from_c_exponentials_where_nothing_can_overflow(dtype, monkeypatch):
+    # gates near 1: lam stays small, D = exp(lam_i) exp(-lam_j); gates near 0 over 64 tokens: lam
+    # reaches about -590, past what a factor can hold (float32 and float64), so D is exp(lam_i - lam_j)
+    gen = torch.Generator().manual_seed(7)
+    mask = torch.ones(64, 64, dtype=torch.bool).tril()
+    for low, high, factored in ((0.5, 1.0, True), (1e-4, 1e-3, False)):
+        g = low + (high - low) * torch.rand(3, 2, 64, generator=gen, dtype=F64)
+        lam = g.log().cumsum(-1).to(dtype)
+        calls = []
+        real = torch.exp
+        spy = lambda x, calls=calls, real=real: calls.append(tuple(x.shape)) or real(x)  # noqa: E731
+        monkeypatch.setattr(torch, "exp", spy)
+        D = linear_grad._Decay(lam, mask).D
+        monkeypatch.undo()
+        assert ((3, 2, 64, 64) not in calls) == factored, calls  # no c x c exponential when factored
+        direct = torch.exp(torch.where(mask, lam[..., :, None] - lam[..., None, :], -math.inf))
+        assert torch.isfinite(D).all() and torch.equal(D == 0, ~mask.expand_as(D) | (direct == 0))
+        assert_close(D, direct, dtype="float32" if dtype == torch.float32 else "float64")
+
+
+@pytest.mark.parametrize("normalize", [True, False])
+@pytest.mark.parametrize("dtype", [torch.float32, F64])
+def test_strong_gates_train_like_the_reference(normalize, dtype):
+    # gates of 0.05 to 0.2: over a chunk of 32, lam falls to about -70, past the factored form's range
+    # in float32 (the direct form runs), within it in float64
+    q, k, v, _, dout = _inputs((2,), 70, seed=8)
+    # the log-gates are the inputs: d/dg = (d/dlog g) / g would scale float32's rounding by 1/g
+    log_g = (0.05 + 0.15 * torch.rand(2, 70, generator=torch.Generator().manual_seed(9), dtype=F64)).log()
+    inputs = [x.to(dtype).requires_grad_() for x in (q, k, v, log_g)]
+    out = decayed_linear_attention(*inputs[:3], log_decay=inputs[3], normalize=normalize, chunk_size=32)
+    exact = [x.requires_grad_() for x in (q, k, v, log_g)]
+    expected = decayed_kernel_attention(*exact[:3], log_decay=exact[3], normalize=normalize)
+    tol = "float32" if dtype == torch.float32 else "float64"
+    assert_close(out, expected.detach(), dtype=tol)
+    for got, want in zip(torch.autograd.grad(out, inputs, dout.to(dtype)),
+                         torch.autograd.grad(expected, exact, dout), strict=True):
+        assert_close(got, want, dtype=tol)
+
+
 def test_forward_keeps_only_its_inputs():
     q, k, v, _, _ = _inputs((2,), 100, seed=6)
     q, k, v = (x.requires_grad_() for x in (q, k, v))
