@@ -70,20 +70,26 @@ def mqar_sweep() -> list[tuple[list[str], Path]]:
             for kind in preset.kinds for lr in RECALL_SWEEP_LRS]
 
 
+def _recall_runs(preset: str) -> list[tuple[list[str], Path]]:
+    """Every run of a stored recall preset, each layer at its recall sweep's rate; the command names the
+    axis the preset varies (the width for ``state``, the pairs for ``capacity``)."""
+    p = mqar.PRESETS[preset]
+    jobs = []
+    for kind, width, pairs, seed in p.runs():
+        axes = (["--widths", str(width)] if len(p.widths) > 1 else []) + (
+            ["--pairs", str(pairs)] if len(p.pairs) > 1 else [])
+        args = ["-m", "linattn_core.mqar", "--preset", preset, "--kinds", kind, *axes, "--seeds", str(seed),
+                "--lr", stored.chosen_recall_lr(kind)]
+        jobs.append((args, RESULTS / stored.recall_name(preset, kind, width, pairs, seed)))
+    return jobs
+
+
 def mqar_seeds() -> list[tuple[list[str], Path]]:
-    preset = mqar.PRESETS["state"]
-    return [(["-m", "linattn_core.mqar", "--preset", "state", "--kinds", kind, "--widths", str(width),
-              "--seeds", str(seed), "--lr", stored.chosen_recall_lr(kind)],
-             RESULTS / f"mqar-{kind}-w{width}-seed{seed}.json")
-            for kind, width, _, seed in preset.runs()]
+    return _recall_runs("state")
 
 
 def mqar_capacity() -> list[tuple[list[str], Path]]:
-    preset = mqar.PRESETS["capacity"]
-    return [(["-m", "linattn_core.mqar", "--preset", "capacity", "--kinds", kind, "--pairs", str(pairs),
-              "--seeds", str(seed), "--lr", stored.chosen_recall_lr(kind)],
-             RESULTS / f"mqar-capacity-{kind}-p{pairs}-seed{seed}.json")
-            for kind, _, pairs, seed in preset.runs()]
+    return _recall_runs("capacity")
 
 
 PLANS = {"lm-sweep": lm_sweep, "lm-seeds": lm_seeds, "mqar-sweep": mqar_sweep, "mqar-seeds": mqar_seeds,

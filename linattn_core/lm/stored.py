@@ -21,7 +21,8 @@ from pathlib import Path
 from typing import Any
 
 __all__ = ["RECALL_SWEEP_LRS", "RECALL_SWEEP_WIDTH", "SEEDS", "SWEEP_LRS", "SWEEP_STEPS", "chosen_lr",
-           "chosen_recall_lr", "directory", "lm_runs", "load", "names", "path", "recall_sweep", "sweep"]
+           "chosen_recall_lr", "directory", "lm_runs", "load", "names", "path", "recall_name", "recall_sweep",
+           "sweep"]
 
 # The plan the stored files follow, read by scripts/stored_runs.py (which makes them), by
 # tests/lm/test_stored_runs.py (which checks them) and by the training chapter (which shows them).
@@ -30,6 +31,16 @@ SWEEP_STEPS = 300  # the language model's sweep: half the ``full`` preset's budg
 SEEDS = (0, 1, 2)  # then every layer at its chosen rate, once per seed
 RECALL_SWEEP_LRS = ("1e-3", "3e-3", "1e-2")  # the recall sweep's rates
 RECALL_SWEEP_WIDTH = 48  # the recall sweep tries the rates at the middle width, seed 0
+
+
+def recall_name(preset: str, kind: str, width: int, pairs: int, seed: int) -> str:
+    """The file of one stored recall run of the ``state`` preset (``mqar-KIND-wWIDTH-seedS.json``: the
+    width varies) or of the ``capacity`` preset (``mqar-capacity-KIND-pPAIRS-seedS.json``: the pairs do)."""
+    if preset == "state":
+        return f"mqar-{kind}-w{width}-seed{seed}.json"
+    if preset == "capacity":
+        return f"mqar-capacity-{kind}-p{pairs}-seed{seed}.json"
+    raise ValueError(f"preset must be 'state' or 'capacity' (the stored recall runs), got {preset!r}")
 
 
 def lm_runs() -> dict[str, tuple[str, int | None]]:

@@ -44,8 +44,7 @@ def test_every_layer_has_its_sweep_and_seeds():
 def test_every_recall_run_is_stored():
     preset = mqar.PRESETS["state"]
     want = [f"mqar-sweep-{k}-lr{lr}.json" for k in preset.kinds for lr in RECALL_SWEEP_LRS]
-    want += [f"mqar-{k}-w{w}-seed{s}.json" for k, w, _, s in preset.runs()]
-    want += [f"mqar-capacity-{k}-p{n}-seed{s}.json" for k, _, n, s in mqar.PRESETS["capacity"].runs()]
+    want += [stored.recall_name(p, *run) for p in ("state", "capacity") for run in mqar.PRESETS[p].runs()]
     missing = sorted(set(want) - set(stored.names()))
     assert not missing, f"not stored yet ({len(missing)}): {missing[:6]}...: python scripts/stored_runs.py"
 
@@ -144,8 +143,8 @@ def test_stored_recall_run_is_the_preset_run(name):
     else:
         assert c["n_embd"] in preset.widths and c["seed"] in preset.seeds
         assert c["lr"] == float(stored.chosen_recall_lr(c["attention"]))
-    if preset_name == "capacity":
-        assert name == f"mqar-capacity-{c['attention']}-p{c['n_pairs']}-seed{c['seed']}.json"
+    if not name.startswith("mqar-sweep-"):
+        assert name == stored.recall_name(preset_name, c["attention"], c["n_embd"], c["n_pairs"], c["seed"])
     assert 0.0 <= run["final_accuracy"] <= 1.0 and run["curves"]["val_step"][-1] == c["steps"]
 
 
