@@ -276,9 +276,9 @@ PRESETS: dict[str, Preset] = {
                     {**_TASK, "eval_interval": 200}, seeds=(0, 1, 2)),
     # the stored capacity sweep: the number of pairs taken past what a width-32 state holds (4, 8
     # and 16 pairs; 16-token to 64-token sequences), three seeds, 3,000 steps. Softmax, which had not
-    # left chance at 16 pairs in 1,000 steps, is at 1.00 by step 1,000 of a 3,000-step run (its
-    # cosine still near the peak); with 32 pairs it reached 0.83 at best in 3,000 steps, so the
-    # sweep stops at 16, where the known-good model still solves the task.
+    # left chance at 16 pairs in 1,000 steps, recalls by step 1,250 of a 3,000-step run (its cosine
+    # still near the peak); with 32 pairs it reached 0.83 at best in 3,000 steps, so the sweep stops
+    # at 16, where the known-good model still solves the task.
     "capacity": Preset(("softmax", "elu+1", "gla", "deltanet"), (32,), (4, 8, 16), 3000,
                        {**_TASK, "eval_interval": 250}, seeds=(0, 1, 2)),
 }
