@@ -181,12 +181,12 @@ def _loss_blowing_up_at(step_no):
 
 
 def test_a_run_that_diverges_stops_there_unapplied_and_says_so(corpus):
-    cfg = TINY
-    clean = T.train(replace(cfg, max_steps=3), corpus, device="cpu", progress=False, validate=False)
+    # the same run interrupted after 3 steps (same schedule): the weights the diverged run must keep
+    clean = T.train(TINY, corpus, device="cpu", stop_after=3, progress=False, validate=False)
     # validate=False: every call of the loss is a training step, so the 4th is step 3
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(T, "lm_loss", _loss_blowing_up_at(3))
-        run = T.train(cfg, corpus, device="cpu", progress=False, validate=False)
+        run = T.train(TINY, corpus, device="cpu", progress=False, validate=False)
     assert run["diverged_at"] == 3 and run["steps_done"] == 3 and run["final_val_loss"] is None
     assert run["curves"]["step"] == [0, 1, 2, 3] and not np.isfinite(run["curves"]["train_loss"][-1])
     for p, q in zip(_params(run["model"]), _params(clean["model"]), strict=True):
