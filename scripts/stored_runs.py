@@ -101,10 +101,11 @@ def _kind(args: list[str]) -> str:
 
 
 def _cost(args: list[str]) -> float:
-    """Relative time of a job: its layer's step cost, times the width and the pairs for a recall run."""
+    """Relative time of a job: its layer's step cost, times the width and, for a recall run, the
+    sequence length (4 tokens per pair)."""
     width = int(args[args.index("--widths") + 1]) if "--widths" in args else 32
     pairs = int(args[args.index("--pairs") + 1]) if "--pairs" in args else 8
-    return COST.get(_kind(args), 1.0) * width * (pairs + 8)
+    return COST.get(_kind(args), 1.0) * width * 4 * pairs
 
 
 def command(args: list[str], out: Path) -> list[str]:
