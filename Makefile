@@ -24,7 +24,7 @@ help:
 	@echo "make assignments  an nbgrader course of the exercises in _build/assignments/"
 
 # setup.py compiles the fused chunked kernel (linattn_core/fast/_chunked.c) during the editable install.
-$(STAMP): requirements.txt pyproject.toml setup.py linattn_core/fast/_chunked.c linattn_core/fast/_chunked_body.h linattn_core/fast/_chunked_back.h
+$(STAMP): requirements.txt pyproject.toml setup.py linattn_core/fast/_chunked.c linattn_core/fast/_chunked_body.h linattn_core/fast/_chunked_back.h linattn_core/fast/_delta.h
 	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 10), "Python 3.10+ is needed, found " + sys.version.split()[0]'
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip

@@ -11,10 +11,12 @@ setup(
         Extension(
             "linattn_core.fast._chunked",
             sources=["linattn_core/fast/_chunked.c"],
-            depends=["linattn_core/fast/_chunked_body.h", "linattn_core/fast/_chunked_back.h"],
+            depends=["linattn_core/fast/_chunked_body.h", "linattn_core/fast/_chunked_back.h",
+                     "linattn_core/fast/_delta.h"],
             # -O3 for the unrolled tiles; no -ffast-math (exp's rounding trick needs IEEE arithmetic)
             # and no -march=native (each instruction set is chosen at run time inside the file).
-            extra_compile_args=["-O3", "-std=gnu11"],
+            # -fopenmp-simd: the `omp simd` loops of _delta.h (vector reductions), no OpenMP runtime.
+            extra_compile_args=["-O3", "-std=gnu11", "-fopenmp-simd"],
             extra_link_args=["-pthread"],
             optional=True,
         )

@@ -56,6 +56,18 @@ typedef struct {
     float *rden; /* (Cp): 1 / max(den, eps) */
 } Work;
 
+/* One call of the delta rule (_delta.h): q, k: (nb, n, d) unit-row features, v: (nb, n, dv), beta: (nb, n);
+ * out y: (nb, n, dv), S: (nb, d, dv) the final state, keep: (nb, chunks, d, dv) the state before each chunk
+ * of C tokens (NULL: not kept). The backward reads keep, dy (nb, n, dv) and dS (nb, d, dv, or NULL for
+ * zero) and writes dq, dk, dv_, dbeta. All contiguous. */
+typedef struct {
+    const float *q, *k, *v, *beta;
+    float *y, *S, *keep;
+    const float *dy, *dS;
+    float *dq, *dk, *dv_, *dbeta;
+    long nb, n, d, dv, C, chunks;
+} DeltaProblem;
+
 /* What each instruction set's kernel provides: the work of one item and the buffers it needs, no
  * threads. All memory comes from the caller's workspace (Python keeps it between calls), so a call
  * allocates nothing. A member's buffers (mem) are prepared once per run of the team, before its
@@ -72,6 +84,10 @@ typedef struct {
     long (*back_floats)(const Problem *p);
     void (*back_prepare)(const Problem *p, float *mem);
     void (*back_run)(const Problem *p, const Grads *g, float *mem, long b);
+    /* the delta rule (_delta.h): floats of a member's buffers; the forward / backward of sequence b */
+    long (*delta_floats)(const DeltaProblem *p, int backward);
+    void (*delta_forward)(const DeltaProblem *p, float *mem, long b);
+    void (*delta_backward)(const DeltaProblem *p, float *mem, long b);
 } Kernel;
 
 /* Rows of the products in the backward pass: all of k, or a triangular a (zero above or below its
@@ -93,6 +109,7 @@ enum { FULL = 0, LOWER = 1, UPPER = 2 };
 #define NV_MAX 4
 #define ISA avx512
 #include "_chunked_body.h"
+#include "_delta.h"
 #include "_chunked_back.h"
 #undef VL
 #undef NV_MAX
@@ -105,6 +122,7 @@ enum { FULL = 0, LOWER = 1, UPPER = 2 };
 #define NV_MAX 2
 #define ISA avx2
 #include "_chunked_body.h"
+#include "_delta.h"
 #include "_chunked_back.h"
 #undef VL
 #undef NV_MAX
@@ -294,6 +312,33 @@ static void backward(const Problem *p, const Kernel *kern, const Grads *g, int t
     run_team(threads, p->nb, backward_start, backward_item, &bw);
 }
 
+/* --- the delta rule ---------------------------------------------------------------------------- */
+
+/* One pass of the delta rule (forward or backward), as the team's job: one item per sequence. */
+typedef struct {
+    const DeltaProblem *p;
+    const Kernel *kern;
+    int backward;
+    float *work;  /* (threads, floats) */
+    long floats;  /* delta_floats: per member */
+} DeltaJob;
+
+static void delta_start(void *ctx, int member)
+{
+    (void)ctx;  /* every buffer is written before it is read: nothing to prepare */
+    (void)member;
+}
+
+static void delta_item(void *ctx, int member, long b)
+{
+    DeltaJob *j = ctx;
+    float *mem = j->work + member * j->floats;
+    if (j->backward)
+        j->kern->delta_backward(j->p, mem, b);
+    else
+        j->kern->delta_forward(j->p, mem, b);
+}
+
 /* --- Python ------------------------------------------------------------------------------------- */
 
 static const Kernel *find_kernel(const char *name)
@@ -423,6 +468,91 @@ static PyObject *py_backward(PyObject *self, PyObject *args)
     Py_RETURN_NONE;
 }
 
+/* The sizes of a delta call, and the floats its team needs (team * per member); NULL on failure. */
+static const Kernel *delta_problem(DeltaProblem *p, Py_ssize_t nb, Py_ssize_t n, Py_ssize_t d, Py_ssize_t dv,
+                                   Py_ssize_t C, int threads, const char *isa, int backward, long *floats)
+{
+    const Kernel *kern = problem_kernel(nb, n, d, dv, C, threads, isa);
+    if (!kern) return NULL;
+    p->nb = nb, p->n = n, p->d = d, p->dv = dv, p->C = C < n ? C : n;
+    p->chunks = (n + p->C - 1) / p->C;
+    *floats = back_threads(nb, threads) * kern->delta_floats(p, backward);
+    return kern;
+}
+
+static PyObject *py_delta_workspace(PyObject *self, PyObject *args)
+{
+    (void)self;
+    Py_ssize_t nb, n, d, dv, C;
+    int threads, backward = 0;
+    const char *isa = NULL;
+    if (!PyArg_ParseTuple(args, "nnnnniz|p", &nb, &n, &d, &dv, &C, &threads, &isa, &backward)) return NULL;
+    DeltaProblem p = {0};
+    long floats;
+    if (!delta_problem(&p, nb, n, d, dv, C, threads, isa, backward, &floats)) return NULL;
+    return PyLong_FromLong(floats);
+}
+
+/* Runs one pass of the delta rule with the caller's workspace; NULL (ValueError) if it is too small. */
+static PyObject *delta_run(const DeltaProblem *p, const Kernel *kern, int threads, int backward, float *ws,
+                           Py_ssize_t ws_floats, long floats)
+{
+    if (ws_floats < floats) {
+        PyErr_Format(PyExc_ValueError, "_chunked: the workspace holds %zd floats, the call needs %ld", ws_floats,
+                     floats);
+        return NULL;
+    }
+    DeltaJob j = {.p = p, .kern = kern, .backward = backward, .work = ws,
+                  .floats = kern->delta_floats(p, backward)};
+    Py_BEGIN_ALLOW_THREADS
+    run_team(back_threads(p->nb, threads), p->nb, delta_start, delta_item, &j);
+    Py_END_ALLOW_THREADS
+    Py_RETURN_NONE;
+}
+
+static PyObject *py_delta_forward(PyObject *self, PyObject *args)
+{
+    (void)self;
+    unsigned long long q, k, v, beta, y, S, keep, ws;
+    Py_ssize_t nb, n, d, dv, C, ws_floats;
+    int threads;
+    const char *isa = NULL;
+    if (!PyArg_ParseTuple(args, "KKKKKKKnnnnnizKn", &q, &k, &v, &beta, &y, &S, &keep, &nb, &n, &d, &dv, &C,
+                          &threads, &isa, &ws, &ws_floats))
+        return NULL;
+    DeltaProblem p = {(const float *)(uintptr_t)q, (const float *)(uintptr_t)k, (const float *)(uintptr_t)v,
+                      (const float *)(uintptr_t)beta, (float *)(uintptr_t)y, (float *)(uintptr_t)S,
+                      (float *)(uintptr_t)keep};
+    long floats;
+    const Kernel *kern = delta_problem(&p, nb, n, d, dv, C, threads, isa, 0, &floats);
+    if (!kern) return NULL;
+    return delta_run(&p, kern, threads, 0, (float *)(uintptr_t)ws, ws_floats, floats);
+}
+
+static PyObject *py_delta_backward(PyObject *self, PyObject *args)
+{
+    (void)self;
+    unsigned long long q, k, v, beta, keep, dy, dS, dq, dk, dvv, dbeta, ws;
+    Py_ssize_t nb, n, d, dv, C, ws_floats;
+    int threads;
+    const char *isa = NULL;
+    if (!PyArg_ParseTuple(args, "KKKKKKKKKKKnnnnnizKn", &q, &k, &v, &beta, &keep, &dy, &dS, &dq, &dk, &dvv,
+                          &dbeta, &nb, &n, &d, &dv, &C, &threads, &isa, &ws, &ws_floats))
+        return NULL;
+    if (!keep) {
+        PyErr_SetString(PyExc_ValueError, "_chunked: the delta rule's backward needs the states its forward kept");
+        return NULL;
+    }
+    DeltaProblem p = {(const float *)(uintptr_t)q, (const float *)(uintptr_t)k, (const float *)(uintptr_t)v,
+                      (const float *)(uintptr_t)beta, NULL, NULL, (float *)(uintptr_t)keep,
+                      (const float *)(uintptr_t)dy, (const float *)(uintptr_t)dS, (float *)(uintptr_t)dq,
+                      (float *)(uintptr_t)dk, (float *)(uintptr_t)dvv, (float *)(uintptr_t)dbeta};
+    long floats;
+    const Kernel *kern = delta_problem(&p, nb, n, d, dv, C, threads, isa, 1, &floats);
+    if (!kern) return NULL;
+    return delta_run(&p, kern, threads, 1, (float *)(uintptr_t)ws, ws_floats, floats);
+}
+
 static PyMethodDef methods[] = {
     {"isas", py_isas, METH_NOARGS, "isas() -> the instruction sets this CPU can run, best first."},
     {"workspace", py_workspace, METH_VARARGS,
@@ -436,6 +566,17 @@ static PyMethodDef methods[] = {
      "backward(q, k, v, dout, dq, dk, dv, nb, n, d, dv, C, phi, eps, normalize, threads, isa, workspace,\n"
      "workspace_floats): addresses of contiguous float32 buffers; writes the gradients dq, dk, dv of causal\n"
      "linear attention. Call it through linattn_core.fast.kernel, which checks the tensors."},
+    {"delta_workspace", py_delta_workspace, METH_VARARGS,
+     "delta_workspace(nb, n, d, dv, C, threads, isa, backward=False) -> the float32 workspace the delta\n"
+     "rule's forward (or backward) needs, in floats."},
+    {"delta_forward", py_delta_forward, METH_VARARGS,
+     "delta_forward(q, k, v, beta, y, S, keep, nb, n, d, dv, C, threads, isa, workspace, workspace_floats):\n"
+     "addresses of contiguous float32 buffers (keep 0: no states kept); writes y, S and keep. Call it through\n"
+     "linattn_core.fast.kernel, which checks the tensors."},
+    {"delta_backward", py_delta_backward, METH_VARARGS,
+     "delta_backward(q, k, v, beta, keep, dy, dS, dq, dk, dv, dbeta, nb, n, d, dv, C, threads, isa, workspace,\n"
+     "workspace_floats): addresses (dS 0: zero); writes the gradients of the delta rule. Call it through\n"
+     "linattn_core.fast.kernel, which checks the tensors."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -316,6 +316,9 @@ static const Kernel FN(kernel) = {
     .back_floats = FN(back_floats),
     .back_prepare = FN(back_prepare),
     .back_run = FN(back_sequence),
+    .delta_floats = FN(delta_floats),
+    .delta_forward = FN(delta_forward),
+    .delta_backward = FN(delta_backward),
 };
 
 #undef Back

@@ -11,6 +11,9 @@ same float64 references. :mod:`linattn_core.fast.kernel` is this module's public
 Its backward pass (``_chunked_back.h``, :func:`chunked_backward`) gives the gradients of the same
 inputs: :mod:`linattn_core.linear_grad` calls it (through ``fast.causal_backward``) when such an input
 needs a gradient; a first pass keeps the state before every chunk, a second walks the chunks back.
+The delta rule has its own pair (``_delta.h``, :func:`delta_rule` and :func:`delta_rule_backward`): the
+recurrence token by token with the state in cache, the same keep-and-walk-back scheme for the
+gradients; :mod:`linattn_core.fast.delta` makes it an autograd Function for ``delta_rule_attention``.
 
 The kernel is a CPython extension that ``pip install`` builds (``setup.py``; optional, so that a
 machine without a C compiler still installs the package). It has code for AVX-512 and for AVX2 and
@@ -41,10 +44,10 @@ try:
 except ImportError:  # not built here (no compiler when installed): the torch forms are used
     _chunked = None
 
-__all__ = ["available", "chunked", "chunked_backward", "default_isa", "isas", "source", "supports",
-           "switched_off"]
+__all__ = ["available", "chunked", "chunked_backward", "default_isa", "delta_rule", "delta_rule_backward",
+           "isas", "source", "supports", "supports_delta", "switched_off"]
 
-_SOURCES = ("_chunked.c", "_chunked_body.h", "_chunked_back.h")  # the C files, shipped
+_SOURCES = ("_chunked.c", "_chunked_body.h", "_chunked_back.h", "_delta.h")  # the C files, shipped
 
 _off = 0  # depth of switched_off() blocks
 
@@ -69,7 +72,8 @@ def _env_isa() -> str | None:
 
 
 def source(filename: str = "_chunked_body.h") -> str:
-    """The text of one of the kernel's C files (``_SOURCES``: the entry point, the forward, the backward)."""
+    """The text of one of the kernel's C files (``_SOURCES``: the entry point, the forward, the backward,
+    the delta rule)."""
     if filename not in _SOURCES:
         raise ValueError(f"filename must be one of {_SOURCES}, got {filename!r}")
     return (Path(__file__).parent / filename).read_text(encoding="utf-8")
@@ -111,15 +115,24 @@ def supports(x: Any, phi: FeatureMap) -> bool:
     return ops.is_torch(x) and x.device.type == "cpu" and x.dtype == torch.float32
 
 
-def _checked(tensors: dict[str, Any], phi: FeatureMap, C: int, eps: float, threads: int | None,
+def supports_delta(x: Any) -> bool:
+    """Would :func:`delta_rule` take a CPU torch tensor like ``x``?"""
+    if not available():
+        return False
+    torch = ops.torch_module()
+    return ops.is_torch(x) and x.device.type == "cpu" and x.dtype == torch.float32
+
+
+def _checked(tensors: dict[str, Any], phi: FeatureMap | None, C: int, eps: float, threads: int | None,
              isa: str | None) -> tuple:
-    """Checks what both entry points take (the compiled code trusts it): -> code, (nb, n, d, d_v),
-    C, eps, threads, isa. ``tensors`` holds Q, K, V first, then tensors of Q's or V's shape."""
+    """Checks what the entry points take (the compiled code trusts it): -> code, (nb, n, d, d_v),
+    C, eps, threads, isa. ``tensors`` holds Q, K, V first, then tensors shaped like Q, V, the
+    denominators or the state (the delta rule, ``phi`` None: code None)."""
     torch = ops.torch_module()
     if _chunked is None:
         raise RuntimeError("linattn_core.fast._chunked was not built: reinstall with a C compiler (gcc)")
-    code = _phi_code(phi)
-    if code is None:
+    code = None if phi is None else _phi_code(phi)
+    if phi is not None and code is None:
         raise ValueError(f"the compiled kernel has no feature map {phi!r}: use identity, relu or elu+1")
     for name, t in tensors.items():
         if not ops.is_torch(t) or t.device.type != "cpu" or t.dtype != torch.float32:
@@ -134,7 +147,10 @@ def _checked(tensors: dict[str, Any], phi: FeatureMap, C: int, eps: float, threa
     nb, n, d = (int(s) for s in Q.shape)
     d_v = int(V.shape[-1])
     like = {"K": (nb, n, d), "V": (nb, n, d_v), "out": (nb, n, d_v), "den": (nb, n), "dout": (nb, n, d_v),
-            "dQ": (nb, n, d), "dK": (nb, n, d), "dV": (nb, n, d_v)}
+            "dQ": (nb, n, d), "dK": (nb, n, d), "dV": (nb, n, d_v), "beta": (nb, n), "dy": (nb, n, d_v),
+            "dS": (nb, d, d_v)}
+    if "kept" in tensors:  # the states before each chunk, as delta_rule kept them
+        like["kept"] = (nb, -(-n // max(1, min(ops.check_positive_int(C, "chunk_size"), n))), d, d_v)
     for name, t in tensors.items():
         if name != "Q" and tuple(t.shape) != like[name]:
             raise ValueError(f"{name} must have shape {like[name]} for Q of shape {ops.shape_str(Q)} and V"
@@ -186,3 +202,49 @@ def chunked_backward(Q: Any, K: Any, V: Any, dout: Any, phi: FeatureMap, eps: fl
     _chunked.backward(*pointers, nb, n, d, d_v, C, code, eps, bool(normalize), threads, isa, ws.data_ptr(),
                       floats)
     return dQ, dK, dV
+
+
+def delta_rule(Q: Any, K: Any, V: Any, beta: Any, C: int, *, keep: bool = False, threads: int | None = None,
+               isa: str | None = None) -> tuple:
+    """The delta rule (:func:`linattn_core.delta.delta_rule_attention` on features already computed):
+    ``(y, S, kept)``.
+
+    Q, K: (B, N, d) the features (unit rows for a stable update), V: (B, N, d_v), beta: (B, N);
+    contiguous CPU float32 tensors. Returns y: (B, N, d_v), the final state S: (B, d, d_v) and, with
+    ``keep``, the state before each chunk of ``C`` tokens, kept: (B, ceil(N / C), d, d_v), which
+    :func:`delta_rule_backward` needs (else None). Each thread takes whole sequences.
+    """
+    tensors = {"Q": Q, "K": K, "V": V, "beta": beta}
+    # the delta rule has no eps: 1.0 passes its check
+    _, (nb, n, d, d_v), C, _, threads, isa = _checked(tensors, None, C, 1.0, threads, isa)
+    y = pages.empty((nb, n, d_v), V)
+    S = V.new_empty((nb, d, d_v))
+    kept = V.new_empty((nb, -(-n // min(C, n)), d, d_v)) if keep else None
+    floats = _chunked.delta_workspace(nb, n, d, d_v, C, threads, isa)
+    ws = Q.new_empty((floats,))
+    pointers = [x.data_ptr() for x in (Q, K, V, beta, y, S)] + [0 if kept is None else kept.data_ptr()]
+    _chunked.delta_forward(*pointers, nb, n, d, d_v, C, threads, isa, ws.data_ptr(), floats)
+    return y, S, kept
+
+
+def delta_rule_backward(Q: Any, K: Any, V: Any, beta: Any, kept: Any, dy: Any, dS: Any, C: int, *,
+                        threads: int | None = None, isa: str | None = None) -> tuple:
+    """The gradients ``(dQ, dK, dV, dbeta)`` of :func:`delta_rule` for the outputs' ``dy`` and ``dS``.
+
+    Q, K, V, beta and C as given to :func:`delta_rule`, ``kept`` what it kept, dy: (B, N, d_v), dS:
+    (B, d, d_v) or None (the final state unused). The backward recomputes one chunk's states at a
+    time from ``kept`` and walks it back: O(N) memory.
+    """
+    tensors = {"Q": Q, "K": K, "V": V, "beta": beta, "kept": kept, "dy": dy}
+    if dS is not None:
+        tensors["dS"] = dS
+    # the delta rule has no eps: 1.0 passes its check
+    _, (nb, n, d, d_v), C, _, threads, isa = _checked(tensors, None, C, 1.0, threads, isa)
+    dQ, dK, dV = (pages.empty(tuple(x.shape), x) for x in (Q, K, V))
+    dbeta = beta.new_empty(tuple(beta.shape))
+    floats = _chunked.delta_workspace(nb, n, d, d_v, C, threads, isa, True)
+    ws = Q.new_empty((floats,))
+    pointers = [x.data_ptr() for x in (Q, K, V, beta, kept, dy)]
+    pointers += [0 if dS is None else dS.data_ptr()] + [x.data_ptr() for x in (dQ, dK, dV, dbeta)]
+    _chunked.delta_backward(*pointers, nb, n, d, d_v, C, threads, isa, ws.data_ptr(), floats)
+    return dQ, dK, dV, dbeta

@@ -254,7 +254,8 @@ def test_the_wheel_carries_the_kernel_and_the_package_data(readers):
     for stored in sorted((ROOT / "linattn_core" / "lm" / "results").glob("*.json")):
         assert f"linattn_core/lm/results/{stored.name}" in names
     assert any(re.fullmatch(r"linattn_core/fast/_chunked\..*\.so", n) for n in names), "no compiled kernel"
-    assert {"linattn_core/fast/_chunked.c", "linattn_core/fast/_chunked_back.h"} <= names
+    sources = ("_chunked.c", "_chunked_body.h", "_chunked_back.h", "_delta.h")  # kernel.source() reads them
+    assert {f"linattn_core/fast/{name}" for name in sources} <= names
 
 
 IMPORT_EVERYTHING = """

@@ -426,7 +426,7 @@ def test_subclassed_feature_maps_run_the_torch_forms_and_their_own_formula():
 
 
 # --- the kernel's C source, as the kernel chapter prints it ---------------------------------------
-@pytest.mark.parametrize("filename", ["_chunked.c", "_chunked_body.h", "_chunked_back.h"])
+@pytest.mark.parametrize("filename", ["_chunked.c", "_chunked_body.h", "_chunked_back.h", "_delta.h"])
 def test_source_returns_the_kernel_files_as_shipped(filename):
     from pathlib import Path
 
