@@ -29,6 +29,10 @@ Three forms, all exact:
 - ``"chunked"``: the same solve inside chunks of ``C`` tokens, with the state carried between them
   (``U_c = T_c^{-1} diag(beta_c) (V_c - K_c S)``, ``Y_c = Q_c S + tril(Q_c K_c^T) U_c``,
   ``S <- S + K_c^T U_c``).
+
+``"chunked"`` (and ``"auto"``) hands CPU float32 torch tensors to the speed tier first
+(:func:`linattn_core.fast.delta_chunked`): the compiled recurrence, forward and backward, which
+computes the same function without the per-chunk solves (the tests compare the two).
 """
 
 from __future__ import annotations
@@ -38,6 +42,7 @@ from typing import Any
 import numpy as np
 
 from . import _backend as ops
+from . import fast
 from .feature_maps import as_feature_map, require_exact_products
 
 __all__ = ["DELTA_METHODS", "delta_rule_attention"]
@@ -122,7 +127,8 @@ def delta_rule_attention(
     elif method == "quadratic":
         y, S = _quadratic(phi_q, phi_k, v, beta)
     else:
-        y, S = _chunked(phi_q, phi_k, v, beta, chunk_size)
+        found = fast.delta_chunked(phi_q, phi_k, v, beta, chunk_size, _chunked)
+        y, S = found if found is not None else _chunked(phi_q, phi_k, v, beta, chunk_size)
     y = be.to_output(y)
     return (y, be.to_output(S)) if return_state else y
 

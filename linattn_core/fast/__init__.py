@@ -23,11 +23,13 @@ which ``linear_grad`` asks for first (None where it does not apply: then its tor
 Gates per key channel (GLA) have one more: :func:`gated_chunked` (:mod:`.gated`), ``decay``'s chunked
 form with the scores of a chunk factored into two matrix products, for torch tensors on any device
 and with autograd (it is made of ordinary differentiable ops), where the gates allow it.
+The delta rule has one: :func:`delta_chunked` (:mod:`.delta`), the compiled recurrence forward and
+backward as an autograd Function, for CPU float32 torch tensors.
 This package imports from the rest only ``_backend`` and the feature-map classes; outside it,
 ``linear`` calls :func:`linear_attention`, ``linear_grad`` :func:`causal_backward`, ``decay``
-:func:`gated_chunked`, and the chapters, the benchmark and the tests reach the compiled kernel by its
-one name, :mod:`linattn_core.fast.kernel` (is it here, which instruction sets, switch it off, its C
-source).
+:func:`gated_chunked`, ``delta`` :func:`delta_chunked`, and the chapters, the benchmark and the tests
+reach the compiled kernel by its one name, :mod:`linattn_core.fast.kernel` (is it here, which instruction
+sets, switch it off, its C source).
 """
 
 from __future__ import annotations
@@ -36,9 +38,9 @@ from typing import Any
 
 from .. import _backend as ops
 from ..feature_maps import FeatureMap, Identity
-from . import gated, kernel, pages, torch_cpu
+from . import delta, gated, kernel, pages, torch_cpu
 
-__all__ = ["causal_backward", "gated_chunked", "kernel", "linear_attention", "which"]
+__all__ = ["causal_backward", "delta_chunked", "gated_chunked", "kernel", "linear_attention", "which"]
 
 _FAST_MIN_N = 512  # the torch ops pay off from here; the compiled kernel at any length
 
@@ -117,3 +119,15 @@ def gated_chunked(phi_q: Any, phi_k: Any, v: Any, log_g: Any, chunk_size: int) -
     if not ops.is_torch(phi_q) or int(log_g.shape[-1]) == 1:
         return None
     return gated.chunked(phi_q, phi_k, v, log_g, chunk_size)
+
+
+def delta_chunked(phi_q: Any, phi_k: Any, v: Any, beta: Any, chunk_size: int, reference: Any) -> tuple | None:
+    """``(y, S)`` of the delta rule from the compiled kernel (:mod:`.delta`), with its own backward, or None
+    where it does not apply (not CPU float32 torch, the kernel not built or switched off).
+
+    phi_q, phi_k: (..., N, f) unit-row features, v: (..., N, d_v), beta: (..., N), checked by ``delta``;
+    ``reference(Q, K, V, beta, C) -> (y, S)``, its torch form, serves gradients of gradients.
+    """
+    if not delta.applies(phi_q, phi_k, v, beta):
+        return None
+    return delta.chunked(phi_q, phi_k, v, beta, chunk_size, reference)
