@@ -116,11 +116,10 @@ def supports(x: Any, phi: FeatureMap) -> bool:
 
 
 def supports_delta(x: Any) -> bool:
-    """Would :func:`delta_rule` take a CPU torch tensor like ``x``?"""
-    if not available():
+    """Would :func:`delta_rule` take a CPU torch tensor like ``x``? (A numpy array imports no torch.)"""
+    if not ops.is_torch(x) or not available():
         return False
-    torch = ops.torch_module()
-    return ops.is_torch(x) and x.device.type == "cpu" and x.dtype == torch.float32
+    return x.device.type == "cpu" and x.dtype == ops.torch_module().float32
 
 
 def _checked(tensors: dict[str, Any], phi: FeatureMap | None, C: int, eps: float, threads: int | None,

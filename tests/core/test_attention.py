@@ -250,6 +250,7 @@ def test_numpy_path_imports_neither_torch_nor_plotly():
         "L.kernel_attention(q, k, v, 'performer', causal=True)\n"
         "L.linear_attention(q, k, v, 'cosformer', causal=True, method='chunked', chunk_size=4)\n"
         "s = L.LinearAttentionState(4, 4); s.step(q[0, 0], k[0, 0], v[0, 0])\n"
+        "from linattn_core.delta import delta_rule_attention; delta_rule_attention(q, k, v, 0.5)\n"
         "print(sorted(m for m in ('torch', 'plotly') if m in sys.modules))\n"
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
