@@ -26,9 +26,10 @@ from linattn_core.fast import kernel
 torch = pytest.importorskip("torch")
 pytestmark = needs_kernel
 
-# (B, N, d, d_v, C): the specialised sizes, odd ones, one token, C past N, C not dividing N
+# (B, N, d, d_v, C): the specialised sizes, odd ones (d not a multiple of the vector length while d_v is),
+# one token, C past N, C not dividing N
 CASES = [(3, 37, 5, 7, 8), (4, 128, 16, 16, 64), (2, 96, 32, 32, 32), (2, 70, 64, 64, 64), (2, 1, 3, 2, 4),
-         (4, 100, 33, 17, 16), (1, 9, 8, 8, 64), (5, 50, 16, 9, 7)]
+         (4, 100, 33, 17, 16), (1, 9, 8, 8, 64), (5, 50, 16, 9, 7), (3, 29, 5, 16, 8), (2, 40, 21, 24, 16)]
 
 
 def case_id(case):
