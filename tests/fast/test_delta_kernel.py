@@ -88,6 +88,19 @@ def test_forward_and_gradients_match_the_float64_reference(case, isa, threads):
             scaled_close(g, w, f"{name} {isa} dS={with_dS}")
 
 
+@pytest.mark.parametrize("isa", ISAS)
+def test_the_thread_count_does_not_change_a_bit(isa):
+    # each sequence is one thread's, in the same order: deterministic whatever the team
+    q, k, v, beta, dy, dS = inputs(CASES[5])
+    runs = []
+    for threads in (1, 2, 5):
+        y, S, kept = kernel.delta_rule(q, k, v, beta, 16, keep=True, threads=threads, isa=isa)
+        runs.append((y, S, kept, *kernel.delta_rule_backward(q, k, v, beta, kept, dy, dS, 16, threads=threads,
+                                                               isa=isa)))
+    for other in runs[1:]:
+        assert all(torch.equal(a, b) for a, b in zip(runs[0], other, strict=True))
+
+
 def test_the_kept_states_are_the_states_before_each_chunk():
     case = (2, 37, 5, 7, 8)
     q, k, v, beta, _, _ = inputs(case)
