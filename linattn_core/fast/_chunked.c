@@ -387,6 +387,14 @@ static int back_threads(Py_ssize_t nb, int threads)
     return nb < t ? (int)nb : t;
 }
 
+/* Whether the caller's workspace holds the floats a call needs (else ValueError, 0). */
+static int workspace_holds(Py_ssize_t ws_floats, long need)
+{
+    if (ws_floats >= need) return 1;
+    PyErr_Format(PyExc_ValueError, "_chunked: the workspace holds %zd floats, the call needs %ld", ws_floats, need);
+    return 0;
+}
+
 static PyObject *py_workspace(PyObject *self, PyObject *args)
 {
     (void)self;
@@ -427,11 +435,7 @@ static PyObject *py_forward(PyObject *self, PyObject *args)
     Problem p = {(const float *)(uintptr_t)q, (const float *)(uintptr_t)k, (const float *)(uintptr_t)v,
                  (float *)(uintptr_t)out, (float *)(uintptr_t)den, nb, n, d, dv, C < n ? C : n, phi, eps};
     Plan pl = plan(&p, kern, threads);
-    if (ws_floats < workspace_floats(&pl, &p)) {
-        PyErr_Format(PyExc_ValueError, "_chunked: the workspace holds %zd floats, the call needs %ld", ws_floats,
-                     workspace_floats(&pl, &p));
-        return NULL;
-    }
+    if (!workspace_holds(ws_floats, workspace_floats(&pl, &p))) return NULL;
     Py_BEGIN_ALLOW_THREADS
     forward(&p, kern, &pl, (float *)(uintptr_t)ws);
     Py_END_ALLOW_THREADS
@@ -455,11 +459,7 @@ static PyObject *py_backward(PyObject *self, PyObject *args)
     Problem p = {(const float *)(uintptr_t)q, (const float *)(uintptr_t)k, (const float *)(uintptr_t)v, NULL,
                  NULL, nb, n, d, dv, C < n ? C : n, phi, eps};
     int team = back_threads(nb, threads);
-    if (ws_floats < team * kern->back_floats(&p)) {
-        PyErr_Format(PyExc_ValueError, "_chunked: the workspace holds %zd floats, the call needs %ld", ws_floats,
-                     team * kern->back_floats(&p));
-        return NULL;
-    }
+    if (!workspace_holds(ws_floats, team * kern->back_floats(&p))) return NULL;
     Grads g = {(const float *)(uintptr_t)dout, (float *)(uintptr_t)dq, (float *)(uintptr_t)dk,
                (float *)(uintptr_t)dvv, normalize};
     Py_BEGIN_ALLOW_THREADS
@@ -497,11 +497,7 @@ static PyObject *py_delta_workspace(PyObject *self, PyObject *args)
 static PyObject *delta_run(const DeltaProblem *p, const Kernel *kern, int threads, int backward, float *ws,
                            Py_ssize_t ws_floats, long floats)
 {
-    if (ws_floats < floats) {
-        PyErr_Format(PyExc_ValueError, "_chunked: the workspace holds %zd floats, the call needs %ld", ws_floats,
-                     floats);
-        return NULL;
-    }
+    if (!workspace_holds(ws_floats, floats)) return NULL;
     DeltaJob j = {.p = p, .kern = kern, .backward = backward, .work = ws,
                   .floats = kern->delta_floats(p, backward)};
     Py_BEGIN_ALLOW_THREADS

@@ -271,3 +271,34 @@ def test_bad_options_are_refused():
             call(t, threads=0)
         with pytest.raises(ValueError, match="isa must be one of"):
             call(t, isa="sse2")
+
+
+def test_the_compiled_functions_check_their_sizes_too():
+    # the C entry points trust addresses, not sizes: a zero size, an unknown instruction set, a short
+    # workspace or no kept states is a ValueError there
+    t = good()
+    y, S = torch.empty(2, 10, 3), torch.empty(2, 4, 3)
+    ptrs = [t[name].data_ptr() for name in ("Q", "K", "V", "beta")] + [y.data_ptr(), S.data_ptr(), 0]
+    floats = kernel._chunked.delta_workspace(2, 10, 4, 3, 4, 1, None)
+    ws = torch.empty(floats)
+    good_sizes = (2, 10, 4, 3, 4, 1, None, ws.data_ptr(), floats)
+    kernel._chunked.delta_forward(*ptrs, *good_sizes)
+    scaled_close(y, forward(t)[0].double(), "direct call")
+    for i, bad, match in [(0, 0, "bad sizes"), (2, 0, "bad sizes"), (6, "sse2", "not available"),
+                          (8, floats - 1, "the workspace holds")]:
+        args = list(good_sizes)
+        args[i] = bad
+        with pytest.raises(ValueError, match=match):
+            kernel._chunked.delta_forward(*ptrs, *args)
+    back_floats = kernel._chunked.delta_workspace(2, 10, 4, 3, 4, 1, None, True)
+    assert back_floats > floats, "the backward holds a chunk's states"
+    grads = [torch.empty_like(t[name]) for name in ("Q", "K", "V", "beta")]
+    held = [t[name] for name in ("Q", "K", "V", "beta", "kept", "dy", "dS")]
+    back = [x.data_ptr() for x in (*held, *grads)]
+    ws = torch.empty(back_floats)
+    kernel._chunked.delta_backward(*back, 2, 10, 4, 3, 4, 1, None, ws.data_ptr(), back_floats)
+    with pytest.raises(ValueError, match="the workspace holds"):
+        kernel._chunked.delta_backward(*back, 2, 10, 4, 3, 4, 1, None, ws.data_ptr(), back_floats - 1)
+    back[4] = 0
+    with pytest.raises(ValueError, match="needs the states its forward kept"):
+        kernel._chunked.delta_backward(*back, 2, 10, 4, 3, 4, 1, None, ws.data_ptr(), back_floats)
