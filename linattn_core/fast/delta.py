@@ -40,7 +40,6 @@ def chunked(phi_q: Any, phi_k: Any, v: Any, beta: Any, C: int, reference: Callab
     lead, n, f, d_v = tuple(phi_k.shape[:-2]), int(phi_k.shape[-2]), int(phi_k.shape[-1]), int(v.shape[-1])
     Q, K, V = (x.reshape((-1, *x.shape[-2:])).contiguous() for x in (phi_q, phi_k, v))  # (B, N, .)
     b = beta.reshape((-1, n)).contiguous()  # (B, N)
-    C = min(C, n)
     if torch.is_grad_enabled() and any(x.requires_grad for x in (Q, K, V, b)):
         y, S = _function().apply(Q, K, V, b, C, reference)
     else:

@@ -122,11 +122,16 @@ def supports_delta(x: Any) -> bool:
     return x.device.type == "cpu" and x.dtype == ops.torch_module().float32
 
 
-def _checked(tensors: dict[str, Any], phi: FeatureMap | None, C: int, eps: float, threads: int | None,
+def _chunks(n: int, C: int) -> int:
+    """Chunks of ``C`` tokens in ``n`` (C past n: one): how many states the delta rule keeps."""
+    return -(-n // max(1, min(C, n)))
+
+
+def _checked(tensors: dict[str, Any], phi: FeatureMap | None, C: int, eps: float | None, threads: int | None,
              isa: str | None) -> tuple:
     """Checks what the entry points take (the compiled code trusts it): -> code, (nb, n, d, d_v),
     C, eps, threads, isa. ``tensors`` holds Q, K, V first, then tensors shaped like Q, V, the
-    denominators or the state (the delta rule, ``phi`` None: code None)."""
+    denominators or the state; the delta rule has no feature map and no eps (``phi``, ``eps`` None)."""
     torch = ops.torch_module()
     if _chunked is None:
         raise RuntimeError("linattn_core.fast._chunked was not built: reinstall with a C compiler (gcc)")
@@ -145,19 +150,19 @@ def _checked(tensors: dict[str, Any], phi: FeatureMap | None, C: int, eps: float
                          f"{ops.shape_str(K)}, {ops.shape_str(V)}")
     nb, n, d = (int(s) for s in Q.shape)
     d_v = int(V.shape[-1])
+    C = ops.check_positive_int(C, "chunk_size")
     like = {"K": (nb, n, d), "V": (nb, n, d_v), "out": (nb, n, d_v), "den": (nb, n), "dout": (nb, n, d_v),
             "dQ": (nb, n, d), "dK": (nb, n, d), "dV": (nb, n, d_v), "beta": (nb, n), "dy": (nb, n, d_v),
             "dS": (nb, d, d_v)}
     if "kept" in tensors:  # the states before each chunk, as delta_rule kept them
-        like["kept"] = (nb, -(-n // max(1, min(ops.check_positive_int(C, "chunk_size"), n))), d, d_v)
+        like["kept"] = (nb, _chunks(n, C), d, d_v)
     for name, t in tensors.items():
         if name != "Q" and tuple(t.shape) != like[name]:
             raise ValueError(f"{name} must have shape {like[name]} for Q of shape {ops.shape_str(Q)} and V"
                              f" of shape {ops.shape_str(V)}, got {ops.shape_str(t)}")
     if min(nb, n, d, d_v) < 1:
         raise ValueError(f"empty input: Q {ops.shape_str(Q)}, V {ops.shape_str(V)}")
-    C = ops.check_positive_int(C, "chunk_size")
-    eps = ops.check_eps(eps)
+    eps = None if eps is None else ops.check_eps(eps)
     threads = ops.check_positive_int(torch.get_num_threads() if threads is None else threads, "threads")
     if isa is None:  # LINATTN_NATIVE's choice; without one the compiled code takes the best
         isa = _env_isa()
@@ -214,11 +219,10 @@ def delta_rule(Q: Any, K: Any, V: Any, beta: Any, C: int, *, keep: bool = False,
     :func:`delta_rule_backward` needs (else None). Each thread takes whole sequences.
     """
     tensors = {"Q": Q, "K": K, "V": V, "beta": beta}
-    # the delta rule has no eps: 1.0 passes its check
-    _, (nb, n, d, d_v), C, _, threads, isa = _checked(tensors, None, C, 1.0, threads, isa)
+    _, (nb, n, d, d_v), C, _, threads, isa = _checked(tensors, None, C, None, threads, isa)
     y = pages.empty((nb, n, d_v), V)
     S = V.new_empty((nb, d, d_v))
-    kept = V.new_empty((nb, -(-n // min(C, n)), d, d_v)) if keep else None
+    kept = V.new_empty((nb, _chunks(n, C), d, d_v)) if keep else None
     floats = _chunked.delta_workspace(nb, n, d, d_v, C, threads, isa)
     ws = Q.new_empty((floats,))
     pointers = [x.data_ptr() for x in (Q, K, V, beta, y, S)] + [0 if kept is None else kept.data_ptr()]
@@ -237,8 +241,7 @@ def delta_rule_backward(Q: Any, K: Any, V: Any, beta: Any, kept: Any, dy: Any, d
     tensors = {"Q": Q, "K": K, "V": V, "beta": beta, "kept": kept, "dy": dy}
     if dS is not None:
         tensors["dS"] = dS
-    # the delta rule has no eps: 1.0 passes its check
-    _, (nb, n, d, d_v), C, _, threads, isa = _checked(tensors, None, C, 1.0, threads, isa)
+    _, (nb, n, d, d_v), C, _, threads, isa = _checked(tensors, None, C, None, threads, isa)
     dQ, dK, dV = (pages.empty(tuple(x.shape), x) for x in (Q, K, V))
     dbeta = beta.new_empty(tuple(beta.shape))
     floats = _chunked.delta_workspace(nb, n, d, d_v, C, threads, isa, True)
