@@ -37,6 +37,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
+from linattn_core.fast import kernel
 from linattn_core.lm import data
 
 pytestmark = [pytest.mark.slow, pytest.mark.book]
@@ -254,8 +255,7 @@ def test_the_wheel_carries_the_kernel_and_the_package_data(readers):
     for stored in sorted((ROOT / "linattn_core" / "lm" / "results").glob("*.json")):
         assert f"linattn_core/lm/results/{stored.name}" in names
     assert any(re.fullmatch(r"linattn_core/fast/_chunked\..*\.so", n) for n in names), "no compiled kernel"
-    sources = ("_chunked.c", "_chunked_body.h", "_chunked_back.h", "_delta.h")  # kernel.source() reads them
-    assert {f"linattn_core/fast/{name}" for name in sources} <= names
+    assert {f"linattn_core/fast/{name}" for name in kernel._SOURCES} <= names  # kernel.source() reads them
 
 
 IMPORT_EVERYTHING = """

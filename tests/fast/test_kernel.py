@@ -426,7 +426,15 @@ def test_subclassed_feature_maps_run_the_torch_forms_and_their_own_formula():
 
 
 # --- the kernel's C source, as the kernel chapter prints it ---------------------------------------
-@pytest.mark.parametrize("filename", ["_chunked.c", "_chunked_body.h", "_chunked_back.h", "_delta.h"])
+def test_every_c_file_of_the_kernel_is_a_source():
+    # kernel._SOURCES is the one list (source(), the wheel test): a C file left out of it would not be read
+    from pathlib import Path
+
+    folder = Path(kernel.__file__).parent
+    assert set(kernel._SOURCES) == {p.name for p in (*folder.glob("*.c"), *folder.glob("*.h"))}
+
+
+@pytest.mark.parametrize("filename", kernel._SOURCES)
 def test_source_returns_the_kernel_files_as_shipped(filename):
     from pathlib import Path
 
