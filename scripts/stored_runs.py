@@ -1,5 +1,6 @@
 """Run the training chapter's stored experiments: every command is the CLI a reader would type.
 
+    python scripts/stored_runs.py lm-epoch  [--workers 2] [--dry-run]   # one epoch: rates, then seeds
     python scripts/stored_runs.py lm-sweep  [--workers 2] [--dry-run]   # learning rates, every layer
     python scripts/stored_runs.py lm-seeds  [--workers 2] [--dry-run]   # three seeds at each layer's rate
     python scripts/stored_runs.py mqar-sweep / mqar-seeds [--workers 2]  # recall against state size
@@ -11,7 +12,9 @@ one JSON into ``linattn_core/lm/results/`` (package data: the chapter reads it t
 ``linattn_core.lm.stored``); a job whose file exists is skipped, so an interrupted plan resumes where
 it stopped. The JSON records its own command, the commit at its start and the hardware, and
 ``tests/lm/test_stored_runs.py`` replays the first steps of every one. ``--workers`` processes run at
-a time (one per core); the longest jobs start first. Logs go to ``.cache/runs/``.
+a time (one per core); the longest jobs start first (``lm-epoch``: in its own order, the core layers
+first), and the list is made again after every job, so runs that wait on a sweep start as soon as it is
+stored. Logs go to ``.cache/runs/``.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ import shlex
 import subprocess
 import sys
 import time
-from concurrent.futures import ThreadPoolExecutor, as_completed
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -49,6 +52,27 @@ def lm_sweep() -> list[tuple[list[str], Path]]:
             jobs.append((["-m", "linattn_core.train", "--attention", kind, *extra, "--preset", "full",
                           "--steps", str(SWEEP_STEPS), "--lr", lr], out))
     return jobs
+
+
+def lm_epoch() -> list[tuple[list[str], Path]]:
+    """The one-epoch runs that can start now, in order: every layer's sweep (seed 0 at each rate of
+    ``EPOCH_LRS``, then the rate past an edge where the best sits at one), then each layer's other seeds
+    at the rate its sweep chose. The core layers first."""
+    sweeps, seeds = [], []
+    for name in stored.EPOCH_CORE + stored.EPOCH_OTHERS:
+        kind, *extra = LM_RUNS[name]
+
+        def job(lr: str, seed: int, kind: str = kind, extra: list = extra, name: str = name):
+            return (["-m", "linattn_core.train", "--attention", kind, *extra, "--preset", "epoch", "--lr", lr,
+                     "--seed", str(seed)], RESULTS / stored.epoch_name(name, lr, seed))
+
+        try:
+            chosen = stored.epoch_chosen_lr(name)
+        except stored.SweepIncomplete as incomplete:
+            sweeps += [job(lr, 0) for lr in incomplete.rates]
+            continue
+        seeds += [job(chosen, seed) for seed in stored.EPOCH_SEEDS if seed]
+    return sweeps + seeds
 
 
 def lm_seeds() -> list[tuple[list[str], Path]]:
@@ -92,8 +116,9 @@ def mqar_capacity() -> list[tuple[list[str], Path]]:
     return _recall_runs("capacity")
 
 
-PLANS = {"lm-sweep": lm_sweep, "lm-seeds": lm_seeds, "mqar-sweep": mqar_sweep, "mqar-seeds": mqar_seeds,
-         "mqar-capacity": mqar_capacity}
+PLANS = {"lm-epoch": lm_epoch, "lm-sweep": lm_sweep, "lm-seeds": lm_seeds, "mqar-sweep": mqar_sweep,
+         "mqar-seeds": mqar_seeds, "mqar-capacity": mqar_capacity}
+ORDERED = {"lm-epoch"}  # plans whose own order is the order to run (the others: longest jobs first)
 
 
 def _kind(args: list[str]) -> str:
@@ -123,40 +148,58 @@ def run(job: tuple[list[str], Path]) -> tuple[Path, int, float]:
     return out, code, time.perf_counter() - start
 
 
+def ready(plans: list[str], kinds: list[str] | None) -> list[tuple[list[str], Path]]:
+    """The jobs of ``plans`` that can start now and are not stored, in the order to run them. A plan
+    whose runs wait on a sweep (its rates read from stored files) lists them once the sweep is stored."""
+    jobs = []
+    for plan in plans:
+        try:
+            listed = PLANS[plan]()
+        except (FileNotFoundError, LookupError):  # its sweep is not stored yet
+            continue
+        if plan not in ORDERED:
+            listed.sort(key=lambda j: -_cost(j[0]))
+        jobs += [j for j in listed if not j[1].exists() and (not kinds or _kind(j[0]) in kinds)]
+    return jobs
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("plans", nargs="+", choices=sorted(PLANS), help="one queue of their jobs")
     parser.add_argument("--workers", type=int, default=2, help="processes at a time (one per core)")
-    parser.add_argument("--dry-run", action="store_true", help="print the commands, run nothing")
+    parser.add_argument("--dry-run", action="store_true", help="print the commands that can start now")
     parser.add_argument("--kinds", nargs="+", choices=sorted(LAYERS), help="only these layers")
     args = parser.parse_args()
-    # the seeds read the rates their sweep chose: the sweeps asked for run first, the seeds' jobs are
-    # listed once those are stored
-    stages = [[p for p in args.plans if "sweep" in p], [p for p in args.plans if "sweep" not in p]]
-    failed = 0
-    for plans in (stage for stage in stages if stage):
-        try:
-            jobs = [j for plan in plans for j in PLANS[plan]() if not j[1].exists()]
-        except FileNotFoundError as missing:  # a seeds plan before its sweep is stored
-            print(f"{' + '.join(plans)}: listed once the sweeps are stored ({missing})", flush=True)
-            failed += not args.dry_run
-            continue
-        if args.kinds:
-            jobs = [j for j in jobs if _kind(j[0]) in args.kinds]
-        jobs.sort(key=lambda j: -_cost(j[0]))
-        print(f"{' + '.join(plans)}: {len(jobs)} jobs to run", flush=True)
-        if args.dry_run:
-            for job in jobs:
-                print(shlex.join(command(*job)))
-            continue
-        with ThreadPoolExecutor(args.workers) as pool:
-            for done in as_completed([pool.submit(run, job) for job in jobs]):
+    # sweeps before the runs that read their chosen rates; the list is made again after every job, so
+    # a layer's seeds start as soon as its own sweep is stored
+    plans = [p for p in args.plans if "sweep" in p] + [p for p in args.plans if "sweep" not in p]
+    if args.dry_run:
+        jobs = ready(plans, args.kinds)
+        print(f"{' + '.join(plans)}: {len(jobs)} jobs can start now (more may follow once sweeps are stored)")
+        for job in jobs:
+            print(shlex.join(command(*job)))
+        return 0
+    failed: set[Path] = set()  # not tried again by this call
+    running: dict = {}  # future -> the file it writes
+    with ThreadPoolExecutor(args.workers) as pool:
+        while True:
+            for job in ready(plans, args.kinds):
+                if len(running) >= args.workers:
+                    break
+                if job[1] not in running.values() and job[1] not in failed:
+                    running[pool.submit(run, job)] = job[1]
+            if not running:
+                break
+            finished, _ = wait(running, return_when=FIRST_COMPLETED)
+            for done in finished:
+                del running[done]
                 out, code, seconds = done.result()
                 # a run that diverged is a result (stored, with the step): its rate is never chosen
                 diverged = code == DIVERGED and out.is_file()
-                failed += code != 0 and not diverged
+                if code != 0 and not diverged:
+                    failed.add(out)
                 word = "ok  " if code == 0 else "diverged (stored)" if diverged else "FAIL"
-                print(f"{word} {out.name} ({seconds / 60:.1f} min)", flush=True)
+                print(f"{time.strftime('%H:%M')} {word} {out.name} ({seconds / 60:.1f} min)", flush=True)
     return 1 if failed else 0
 
 

@@ -49,8 +49,8 @@ from ..streaming import DecayedState, DeltaRuleState, KVCache, LinearAttentionSt
 from .conv import ShortConv
 
 __all__ = ["GLA", "LAYERS", "Attention", "DeltaNet", "DeltaNetAdditive", "LayerState", "LinearTransformer",
-           "Performer", "ReLUAttention", "RetNet", "RetNetNoDecay", "SimpleGLA", "Softmax", "retnet_gammas",
-           "unit_rows"]
+           "Performer", "ReLUAttention", "RetNet", "RetNetNoDecay", "SimpleGLA", "SimpleGLAConst", "Softmax",
+           "retnet_gammas", "retnet_gate_bias", "unit_rows"]
 
 # GLA's and simple GLA's gate temperature: log g = logsigmoid(a) / 16 keeps the gates near 1 (long
 # memory) at initialisation, as fla's gate_logit_normalizer does.
@@ -121,6 +121,11 @@ class Attention(nn.Module):
     def new_memory(self, batch: int, like: torch.Tensor) -> Any:
         """An empty memory for ``batch`` sequences, on ``like``'s dtype and device."""
         raise NotImplementedError
+
+    @torch.no_grad()
+    def init_gates(self) -> None:
+        """Set the layer's own starting values; the model calls it after its generic initialisation
+        (normal weights, zero biases). Nothing by default."""
 
     def mix_step(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, x_t: torch.Tensor,
                  memory: Any) -> torch.Tensor:
@@ -348,22 +353,56 @@ class RetNetNoDecay(RetNet):
         return torch.ones(n_head, dtype=torch.float64)
 
 
-class SimpleGLA(_Decayed):
-    """A gate per head and token computed from the data: fla's ``SimpleGatedLinearAttention``, the
-    scalar gate of Mamba-2 / GLA's "simple" variant.
+def retnet_gate_bias(n_head: int) -> torch.Tensor:
+    """The gate bias ``b_h`` at which ``logsigmoid(b_h) / 16 = log gamma_h``: a gate of zero input
+    starts at RetNet's decay :func:`retnet_gammas` (``b_h = logit(gamma_h^16)``), float64."""
+    g16 = retnet_gammas(n_head) ** GATE_NORMALIZER
+    return torch.log(g16 / (1 - g16))
 
-    ``log g_t = logsigmoid(W_gk x_t + b) / 16`` (``W_gk: C -> H``, with bias: one gate per head),
-    ``S_t = g_t S_{t-1} + k_t v_t^T``; everything else as :class:`RetNet`, so that the two differ only in
-    where the decay comes from (fixed ``gamma_h`` against a gate of the input). For that reason the
-    short conv is off by default here, where fla turns it on; ``conv=4`` gives fla's default.
+
+class SimpleGLA(_Decayed):
+    """A decay per head and token computed from the data: fla's ``SimpleGatedLinearAttention``.
+
+    ``log g_t = logsigmoid(W_gk x_t + b) / 16`` (``W_gk: C -> H``, with bias: one scalar gate per head
+    and token, the shape of Mamba-2's decay), ``S_t = g_t S_{t-1} + k_t v_t^T``; everything else as
+    :class:`RetNet`. The bias starts at :func:`retnet_gate_bias` (fla starts it at 0: every head at
+    ``g = 0.958``), so that at initialisation, where ``W_gk x`` is small, each head decays as RetNet's
+    does: this layer, :class:`SimpleGLAConst` and :class:`RetNet` then differ by one thing each. For
+    the same reason the short conv is off by default here, where fla turns it on; ``conv=4`` gives
+    fla's default.
     """
 
     def __init__(self, cfg: Any, layer: int) -> None:
         super().__init__(cfg, layer)
         self.gk_proj = nn.Linear(cfg.n_embd, self.H, bias=True)
 
+    @torch.no_grad()
+    def init_gates(self) -> None:
+        self.gk_proj.bias.copy_(retnet_gate_bias(self.H))
+
     def log_decay(self, x):
         return (F.logsigmoid(self.gk_proj(x)) / GATE_NORMALIZER).transpose(1, 2)  # (B, H, T)
+
+
+class SimpleGLAConst(_Decayed):
+    """The control of :class:`SimpleGLA`: its gate with the input taken out (``W_gk = 0``).
+
+    ``log g_h = logsigmoid(b_h) / 16``, one learned number per head, the same at every token, started at
+    RetNet's decays. Against :class:`RetNet` it changes one thing (the decay is learned); against
+    :class:`SimpleGLA` one thing (the decay reads the input). Not a layer of fla or of a paper.
+    """
+
+    def __init__(self, cfg: Any, layer: int) -> None:
+        super().__init__(cfg, layer)
+        self.gate_bias = nn.Parameter(torch.zeros(self.H))
+
+    @torch.no_grad()
+    def init_gates(self) -> None:
+        self.gate_bias.copy_(retnet_gate_bias(self.H))
+
+    def log_decay(self, x):
+        B, T, _ = x.shape
+        return (F.logsigmoid(self.gate_bias) / GATE_NORMALIZER)[:, None].expand(B, self.H, T).to(x.dtype)
 
 
 class GLA(_Decayed):
@@ -467,6 +506,7 @@ LAYERS: dict[str, type[Attention]] = {
     "retnet": RetNet,
     "retnet_no_decay": RetNetNoDecay,
     "simple_gla": SimpleGLA,
+    "simple_gla_const": SimpleGLAConst,
     "gla": GLA,
     "deltanet": DeltaNet,
     "deltanet_additive": DeltaNetAdditive,

@@ -14,7 +14,8 @@ name                   layer (paper)
 ``relu``, ``performer``  the same with ReLU or FAVOR+ random features (Choromanski et al. 2021)
 ``retnet``             RetNet's retention (Sun et al. 2023): fixed gamma per head, RMSNorm, swish gate
 ``retnet_no_decay``    the same with gamma = 1
-``simple_gla``         RetNet with a data-dependent gate per head (fla's simple GLA, Mamba-2's scalar gate)
+``simple_gla``         RetNet with a data-dependent gate per head (fla's simple GLA), from RetNet's decays
+``simple_gla_const``   the control: simple GLA's gate without its input, a learned constant decay per head
 ``gla``                Gated Linear Attention (Yang et al. 2024): a low-rank gate per key channel
 ``deltanet``           DeltaNet (Schlag et al. 2021; Yang et al. 2024): conv, SiLU, L2, delta rule, RMSNorm
 ``deltanet_additive``  DeltaNet's layer with the additive write S += beta k v^T
@@ -130,10 +131,14 @@ class LanguageModel(nn.Module):
         for name, p in self.named_parameters():  # GPT-2: the projections into the residual scaled by depth
             if name.endswith(("attn.o_proj.weight", "mlp.proj.weight")):
                 nn.init.normal_(p, mean=0.0, std=0.02 / math.sqrt(2 * cfg.n_layer))
+        for block in self.blocks:  # a layer's own starting values (gate biases), after the generic ones
+            block.attn.init_gates()
 
     @staticmethod
     def _init_weights(module: nn.Module) -> None:
-        if isinstance(module, (nn.Linear, nn.Embedding)):
+        # the short conv's filters too, as fla initialises them (normal, the same std as the projections;
+        # torch's default for a 4-tap depthwise conv would be uniform with std 0.29)
+        if isinstance(module, (nn.Linear, nn.Embedding, nn.Conv1d)):
             nn.init.normal_(module.weight, mean=0.0, std=0.02)
         if isinstance(module, nn.Linear) and module.bias is not None:
             nn.init.zeros_(module.bias)

@@ -20,9 +20,10 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-__all__ = ["RECALL_SWEEP_LRS", "RECALL_SWEEP_WIDTH", "SEEDS", "SWEEP_LRS", "SWEEP_STEPS", "chosen_lr",
-           "chosen_recall_lr", "directory", "lm_runs", "load", "names", "path", "recall_name", "recall_sweep",
-           "sweep"]
+__all__ = ["EPOCH_BEYOND", "EPOCH_CORE", "EPOCH_LRS", "EPOCH_OTHERS", "EPOCH_SEEDS", "RECALL_SWEEP_LRS",
+           "RECALL_SWEEP_WIDTH", "SEEDS", "SWEEP_LRS", "SWEEP_STEPS", "SweepIncomplete", "chosen_lr",
+           "chosen_recall_lr", "directory", "epoch_chosen_lr", "epoch_name", "epoch_sweep", "lm_runs", "load",
+           "names", "path", "recall_name", "recall_sweep", "sweep"]
 
 # The plan the stored files follow, read by scripts/stored_runs.py (which makes them), by
 # tests/lm/test_stored_runs.py (which checks them) and by the training chapter (which shows them).
@@ -31,6 +32,65 @@ SWEEP_STEPS = 300  # the language model's sweep: half the ``full`` preset's budg
 SEEDS = (0, 1, 2)  # then every layer at its chosen rate, once per seed
 RECALL_SWEEP_LRS = ("1e-3", "3e-3", "1e-2")  # the recall sweep's rates
 RECALL_SWEEP_WIDTH = 48  # the recall sweep tries the rates at the middle width, seed 0
+
+
+# One epoch of the language model (the ``epoch`` preset, 3,000 steps): every layer's rate swept at that
+# budget with seed 0 (EPOCH_LRS, 30x; a rate beyond is added where the best sits at an edge), then more
+# seeds at the chosen rate. The layers the conclusions rest on come first.
+EPOCH_LRS = ("1e-3", "3e-3", "1e-2", "3e-2")
+EPOCH_BEYOND = {"1e-3": "3e-4", "3e-2": "1e-1"}  # the next rate past an edge of the sweep
+EPOCH_CORE = ("softmax", "elu+1", "retnet", "simple_gla_const", "simple_gla", "gla", "deltanet",
+              "softmax-conv4")
+EPOCH_OTHERS = ("relu", "performer", "retnet_no_decay", "deltanet_additive")
+EPOCH_SEEDS = (0, 1, 2)
+
+
+def epoch_name(name: str, lr: str, seed: int) -> str:
+    """The file of one one-epoch language-model run: ``epoch-NAME-lrRATE-seedS.json``."""
+    return f"epoch-{name}-lr{lr}-seed{seed}.json"
+
+
+def epoch_sweep(name: str) -> dict[str, dict[str, Any]]:
+    """The stored one-epoch runs of seed 0 of a layer (``name`` as in :func:`lm_runs`), by rate as
+    written; FileNotFoundError if none is stored."""
+    prefix, suffix = f"epoch-{name}-lr", "-seed0.json"
+    runs = {n[len(prefix):-len(suffix)]: load(n) for n in names(f"{prefix}*{suffix}")}
+    if not runs:
+        raise FileNotFoundError(f"no stored one-epoch sweep for {name!r} (files {prefix}*{suffix})")
+    return runs
+
+
+class SweepIncomplete(LookupError):
+    """A sweep that cannot choose a rate yet; ``rates`` are the ones to run next (seed 0)."""
+
+    def __init__(self, message: str, rates: tuple[str, ...]) -> None:
+        super().__init__(message)
+        self.rates = rates
+
+
+def epoch_chosen_lr(name: str) -> str:
+    """The rate of the layer's one-epoch sweep with the lowest final validation loss, as written.
+
+    Raises :class:`SweepIncomplete` while a rate of :data:`EPOCH_LRS` is not stored, or while the best
+    stored rate sits at an edge of the stored rates and the rate past it (:data:`EPOCH_BEYOND`) is not
+    stored: a chosen rate lies inside the swept range. A diverged run is never chosen.
+    """
+    try:
+        runs = epoch_sweep(name)
+    except FileNotFoundError:
+        runs = {}
+    missing = tuple(lr for lr in EPOCH_LRS if lr not in runs)
+    if missing:
+        raise SweepIncomplete(f"the one-epoch sweep of {name!r} lacks the rates {list(missing)}", missing)
+    finite = {lr: r for lr, r in runs.items() if r["final_val_loss"] is not None}
+    if not finite:
+        raise ValueError(f"every rate of the one-epoch sweep of {name!r} diverged: sweep lower rates")
+    best = min(finite, key=lambda lr: finite[lr]["final_val_loss"])
+    ordered = sorted(runs, key=float)
+    beyond = EPOCH_BEYOND.get(best)
+    if best in (ordered[0], ordered[-1]) and beyond is not None and beyond not in runs:
+        raise SweepIncomplete(f"the best rate of {name!r}, {best}, is at an edge of its sweep", (beyond,))
+    return best
 
 
 def recall_name(preset: str, kind: str, width: int, pairs: int, seed: int) -> str:

@@ -77,6 +77,10 @@ PRESETS: dict[str, TrainConfig] = {
     # minutes a run on one core of a 2-core CPU, so that the 33 runs of three seeds fit in an hour
     "full": TrainConfig(n_layer=4, n_head=4, n_embd=64, block_size=128, batch_size=12, max_steps=600,
                         lr=3e-3, warmup_steps=100, eval_interval=200, eval_batches=40),
+    # the same model trained for one epoch: 3,000 steps of 12 x 128 characters are 4.61 M, the training
+    # split is 4.55 M; validation every 250 steps on 40 batches (480 windows, 61 k characters)
+    "epoch": TrainConfig(n_layer=4, n_head=4, n_embd=64, block_size=128, batch_size=12, max_steps=3000,
+                         lr=3e-3, warmup_steps=100, eval_interval=250, eval_batches=40),
 }
 
 
@@ -134,18 +138,24 @@ def optimizer_step(opt: torch.optim.Optimizer, model: torch.nn.Module, loss: Any
 
 
 def _new_curves() -> dict[str, list]:
-    return {"step": [], "train_loss": [], "lr": [], "val_step": []}
+    return {"step": [], "train_loss": [], "lr": [], "val_step": [], "val_train_s": []}
 
 
 @torch.no_grad()
-def _record_eval(model: torch.nn.Module, evaluate: Callable[[], dict[str, float]], step: int,
-                 curves: dict[str, list]) -> None:
+def _evaluate(model: torch.nn.Module, evaluate: Callable[[], dict[str, float]]) -> tuple[dict, float]:
+    """``evaluate()`` in eval mode; its numbers and the seconds it took."""
+    t0 = time.perf_counter()
     model.eval()
-    metrics = evaluate()
+    metrics = {name: float(value) for name, value in evaluate().items()}
     model.train()
+    return metrics, time.perf_counter() - t0
+
+
+def _record(curves: dict[str, list], step: int, metrics: dict[str, float], train_s: float) -> None:
     curves["val_step"].append(step)
+    curves.setdefault("val_train_s", []).append(round(train_s, 3))
     for name, value in metrics.items():
-        curves.setdefault(f"val_{name}", []).append(float(value))
+        curves.setdefault(f"val_{name}", []).append(value)
 
 
 Batch = Callable[[int], tuple[torch.Tensor, torch.Tensor]]  # step -> inputs, targets
@@ -163,21 +173,23 @@ def fit(model: torch.nn.Module, cfg: TrainConfig, *, batch: Batch, loss: Loss,
     (``evaluate=None``: never; evaluating changes nothing that training reads, so the training losses
     are the same either way, which is how a stored run's first steps are replayed quickly).
     ``stop_after`` ends the run after that many steps (as an interruption would; the schedule is still
-    that of ``cfg.max_steps``). With ``checkpoint`` the weights, the optimiser's moments and the curves
-    are saved at the end; ``resume=True`` continues from there, refusing a checkpoint written with
-    another ``config`` (the caller's whole configuration, as a dict).
+    that of ``cfg.max_steps``), evaluated on the weights it stops with. With ``checkpoint`` the weights,
+    the optimiser's moments and the curves are saved at the end; ``resume=True`` continues from there,
+    refusing a checkpoint written with another ``config`` (the caller's whole configuration, as a dict).
 
     A step whose loss or gradient is not finite ends the run there, unapplied (the learning rate is
     too high for this model): ``diverged_at`` is that step, and no evaluation follows (None otherwise).
 
-    Returns ``curves`` (``step``, ``train_loss``, ``lr`` per step; ``val_step`` and ``val_<name>`` per
-    evaluation), ``steps_done``, ``start`` (the first step of this call), ``wall_s`` (all calls) and
-    ``diverged_at``.
+    Returns ``curves`` (``step``, ``train_loss``, ``lr`` per step; ``val_step``, ``val_train_s`` (the
+    seconds spent training before it, evaluations excluded) and ``val_<name>`` per evaluation),
+    ``steps_done``, ``start`` (the first step of this call), ``wall_s`` (all calls, evaluations
+    included), ``train_s`` (all calls, evaluations excluded), ``diverged_at`` and ``stopped_eval`` (the
+    evaluation of the weights a ``stop_after`` left before the schedule's end, else None).
     """
     from tqdm.auto import tqdm
 
     opt = make_optimizer(model, cfg)
-    curves, start, wall = _new_curves(), 0, 0.0
+    curves, start, wall, trained_before = _new_curves(), 0, 0.0, 0.0
     if resume:
         if checkpoint is None or not Path(checkpoint).is_file():
             raise FileNotFoundError(f"--resume needs an existing checkpoint, got {checkpoint!r}")
@@ -189,13 +201,20 @@ def fit(model: torch.nn.Module, cfg: TrainConfig, *, batch: Batch, loss: Loss,
         model.load_state_dict(state["model"])
         opt.load_state_dict(state["optimizer"])
         start, wall, curves = state["step"], state["wall_s"], state["curves"]
+        trained_before = state.get("train_s", 0.0)
     end = cfg.max_steps if stop_after is None else min(cfg.max_steps, start + stop_after)
-    t0 = time.perf_counter()
+    t0, eval_s = time.perf_counter(), 0.0
+
+    def train_s() -> float:
+        return trained_before + time.perf_counter() - t0 - eval_s
+
     bar = tqdm(range(start, end), desc=desc, disable=not progress, leave=False)
     diverged = None
     for step in bar:
         if evaluate is not None and step % cfg.eval_interval == 0:
-            _record_eval(model, evaluate, step, curves)
+            metrics, seconds = _evaluate(model, evaluate)
+            _record(curves, step, metrics, train_s())
+            eval_s += seconds
         lr = lr_at(step, cfg)
         x, y = batch(step)
         value = loss(model(x), y)
@@ -207,14 +226,33 @@ def fit(model: torch.nn.Module, cfg: TrainConfig, *, batch: Batch, loss: Loss,
         if not finite:
             diverged, end = step, step
             break
-    at_end = end == cfg.max_steps and (not curves["val_step"] or curves["val_step"][-1] != end)
-    if evaluate is not None and at_end and diverged is None:
-        _record_eval(model, evaluate, end, curves)
+    # the weights it ends with are evaluated: at the schedule's end into the curves; where stop_after
+    # stopped it, apart (``stopped_eval``), so that a resumed run's curves are the uninterrupted run's
+    stopped_eval = None
+    unevaluated = not curves["val_step"] or curves["val_step"][-1] != end
+    if evaluate is not None and diverged is None and unevaluated:
+        metrics, seconds = _evaluate(model, evaluate)
+        if end == cfg.max_steps:
+            _record(curves, end, metrics, train_s())
+        else:
+            stopped_eval = metrics
+        eval_s += seconds
+    trained = train_s()
     wall += time.perf_counter() - t0
     if checkpoint is not None:
         torch.save({"config": config, "model": model.state_dict(), "optimizer": opt.state_dict(),
-                    "step": end, "wall_s": wall, "curves": curves}, checkpoint)
-    return {"curves": curves, "steps_done": end, "start": start, "wall_s": wall, "diverged_at": diverged}
+                    "step": end, "wall_s": wall, "train_s": trained, "curves": curves}, checkpoint)
+    return {"curves": curves, "steps_done": end, "start": start, "wall_s": wall, "train_s": trained,
+            "diverged_at": diverged, "stopped_eval": stopped_eval}
+
+
+def _final_val_loss(run: dict) -> float | None:
+    """The validation loss of the weights a run ended with (None: diverged, or never evaluated)."""
+    if run["diverged_at"] is not None:
+        return None
+    if run["stopped_eval"] is not None:
+        return run["stopped_eval"]["loss"]
+    return run["curves"]["val_loss"][-1] if run["curves"].get("val_loss") else None
 
 
 def train(cfg: TrainConfig, corpus: Corpus, *, device: str = "auto", checkpoint: str | Path | None = None,
@@ -251,8 +289,8 @@ def train(cfg: TrainConfig, corpus: Corpus, *, device: str = "auto", checkpoint:
     return {"config": asdict(cfg), "model_config": model.cfg.to_dict(), "parameters": model.num_parameters(),
             "steps_done": end, "git_commit": commit, "hardware": environment(device), "wall_s": wall,
             "tokens_per_s": (end - run["start"]) * cfg.batch_size * cfg.block_size / max(wall, 1e-9),
-            "final_val_loss": curves["val_loss"][-1] if curves.get("val_loss") and run["diverged_at"] is None
-            else None, "diverged_at": run["diverged_at"],
+            "train_s": run["train_s"], "s_per_step": run["train_s"] / max(end, 1),
+            "final_val_loss": _final_val_loss(run), "diverged_at": run["diverged_at"],
             "unigram_entropy": corpus.unigram_entropy(), "curves": curves, "model": model}
 
 

@@ -20,7 +20,7 @@ from linattn_core.lm.model import ModelConfig  # noqa: E402
 
 B, T, C, H = 2, 11, 16, 4
 D = C // H
-GATED = ("retnet", "retnet_no_decay", "simple_gla", "gla")
+GATED = ("retnet", "retnet_no_decay", "simple_gla", "simple_gla_const", "gla")
 NORMED = (*GATED, "deltanet", "deltanet_additive")
 KERNEL = ("elu+1", "relu", "performer")  # the layers with a normalizer z
 
@@ -81,7 +81,7 @@ def _literal_delta(q, k, v, beta):
 
 def test_registry_names():
     assert list(L.LAYERS) == ["softmax", "elu+1", "relu", "performer", "retnet", "retnet_no_decay",
-                              "simple_gla", "gla", "deltanet", "deltanet_additive"]
+                              "simple_gla", "simple_gla_const", "gla", "deltanet", "deltanet_additive"]
     assert all(issubclass(cls, L.Attention) for cls in L.LAYERS.values())
 
 
@@ -264,3 +264,29 @@ def test_relu_zero_rows_are_quiet(recwarn):
     out = layer.mix(q, k, v, x)
     assert_close(out, torch.zeros_like(out))
     assert not [w for w in recwarn if "denominators" in str(w.message)]
+
+
+@pytest.mark.parametrize("kind", ["simple_gla", "simple_gla_const"])
+def test_gates_start_at_retnets_decays(kind):
+    """simple GLA and its control start where RetNet's fixed decays are (a zero input), so the three
+    layers differ by one thing each; the control's decay reads nothing of the input."""
+    from linattn_core.lm.model import LanguageModel, ModelConfig
+
+    model = LanguageModel(ModelConfig(vocab_size=11, attention=kind, n_head=4, n_embd=32)).double()
+    layer = model.blocks[0].attn
+    x = torch.zeros(1, 3, 32, dtype=torch.float64)
+    expected = torch.log(L.retnet_gammas(4))[None, :, None].expand(1, 4, 3)
+    torch.testing.assert_close(layer.log_decay(x), expected, rtol=1e-6, atol=0)  # a float32 bias
+    if kind == "simple_gla_const":
+        other = torch.randn(1, 3, 32, dtype=torch.float64)
+        assert torch.equal(layer.log_decay(other), layer.log_decay(x))
+        assert [n for n, _ in layer.named_parameters() if "gate" in n or "gk" in n] == ["gate_bias"]
+
+
+def test_short_conv_starts_as_fla_starts_it():
+    """The conv's filters are drawn like every projection (normal, std 0.02), not torch's uniform default."""
+    from linattn_core.lm.model import LanguageModel, ModelConfig
+
+    model = LanguageModel(ModelConfig(vocab_size=11, attention="deltanet", n_head=4, n_embd=64))
+    w = model.blocks[0].attn.conv.weight
+    assert 0.015 < float(w.std()) < 0.025  # 768 draws: torch's default would give about 0.29
