@@ -27,6 +27,8 @@ import time
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from pathlib import Path
 
+import numpy as np
+
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
@@ -54,25 +56,47 @@ def lm_sweep() -> list[tuple[list[str], Path]]:
     return jobs
 
 
-def lm_epoch() -> list[tuple[list[str], Path]]:
-    """The one-epoch runs that can start now, in order: every layer's sweep (seed 0 at each rate of
-    ``EPOCH_LRS``, then the rate past an edge where the best sits at one), then each layer's other seeds
-    at the rate its sweep chose. The core layers first."""
-    sweeps, seeds = [], []
-    for name in stored.EPOCH_CORE + stored.EPOCH_OTHERS:
-        kind, *extra = LM_RUNS[name]
+def _epoch_job(name: str, lr: str, seed: int) -> tuple[list[str], Path]:
+    kind, *extra = LM_RUNS[name]
+    return (["-m", "linattn_core.train", "--attention", kind, *extra, "--preset", "epoch", "--lr", lr,
+             "--seed", str(seed)], RESULTS / stored.epoch_name(name, lr, seed))
 
-        def job(lr: str, seed: int, kind: str = kind, extra: list = extra, name: str = name):
-            return (["-m", "linattn_core.train", "--attention", kind, *extra, "--preset", "epoch", "--lr", lr,
-                     "--seed", str(seed)], RESULTS / stored.epoch_name(name, lr, seed))
 
+def _epoch_stage(names: tuple[str, ...]) -> list[tuple[list[str], Path]]:
+    """The one-epoch jobs of ``names`` that can be listed now: their sweeps, their seeds at the chosen
+    rates, then what their contrasts need (the second side at the first's rate, seeds 1 and 2 (seed 0
+    is in the sweep), and two more seeds of both sides of a close contrast)."""
+    sweeps, seeds, extra, chosen = [], [], [], {}
+    for name in names:
         try:
-            chosen = stored.epoch_chosen_lr(name)
+            chosen[name] = stored.epoch_chosen_lr(name)
         except stored.SweepIncomplete as incomplete:
-            sweeps += [job(lr, 0) for lr in incomplete.rates]
+            sweeps += [_epoch_job(name, lr, 0) for lr in incomplete.rates]
+    for name, lr in chosen.items():
+        seeds += [_epoch_job(name, lr, seed) for seed in stored.EPOCH_SEEDS if seed]
+    for _, a, b in stored.EPOCH_CONTRASTS:
+        if a not in chosen or b not in chosen:
             continue
-        seeds += [job(chosen, seed) for seed in stored.EPOCH_SEEDS if seed]
-    return sweeps + seeds
+        if chosen[a] != chosen[b]:
+            extra += [_epoch_job(b, chosen[a], seed) for seed in stored.EPOCH_SEEDS if seed]
+        runs_a, runs_b = stored.epoch_runs(a, chosen[a]), stored.epoch_runs(b, chosen[b])
+        if all(s in runs_a and s in runs_b for s in stored.EPOCH_SEEDS):
+            gap = np.mean([runs_a[s]["final_val_loss"] - runs_b[s]["final_val_loss"]
+                           for s in stored.EPOCH_SEEDS])
+            if abs(gap) < stored.EPOCH_CLOSE:
+                extra += [_epoch_job(n, chosen[n], s) for s in stored.EPOCH_MORE_SEEDS for n in (a, b)]
+    return sweeps + seeds + extra
+
+
+def lm_epoch() -> list[tuple[list[str], Path]]:
+    """The one-epoch runs that can be listed now, in the order to run them: every core layer's sweep
+    (seed 0 at each rate of ``EPOCH_LRS``, then the rate past an edge where the best sits at one), its
+    seeds, what its contrasts need; then the same for the other layers."""
+    jobs = _epoch_stage(stored.EPOCH_CORE) + _epoch_stage(stored.EPOCH_CORE + stored.EPOCH_OTHERS)
+    first: dict[Path, tuple[list[str], Path]] = {}
+    for args, out in jobs:
+        first.setdefault(out, (args, out))  # each job once, where it is first listed
+    return list(first.values())
 
 
 def lm_seeds() -> list[tuple[list[str], Path]]:

@@ -20,10 +20,11 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-__all__ = ["EPOCH_BEYOND", "EPOCH_CORE", "EPOCH_LRS", "EPOCH_OTHERS", "EPOCH_SEEDS", "RECALL_SWEEP_LRS",
-           "RECALL_SWEEP_WIDTH", "SEEDS", "SWEEP_LRS", "SWEEP_STEPS", "SweepIncomplete", "chosen_lr",
-           "chosen_recall_lr", "directory", "epoch_chosen_lr", "epoch_name", "epoch_sweep", "lm_runs", "load",
-           "names", "path", "recall_name", "recall_sweep", "sweep"]
+__all__ = ["EPOCH_BEYOND", "EPOCH_CLOSE", "EPOCH_CONTRASTS", "EPOCH_CORE", "EPOCH_LRS", "EPOCH_MORE_SEEDS",
+           "EPOCH_OTHERS", "EPOCH_SEEDS", "RECALL_SWEEP_LRS", "RECALL_SWEEP_WIDTH", "SEEDS", "SWEEP_LRS",
+           "SWEEP_STEPS", "SweepIncomplete", "chosen_lr", "chosen_recall_lr", "directory", "epoch_chosen_lr",
+           "epoch_name", "epoch_runs", "epoch_sweep", "lm_runs", "load", "names", "path", "recall_name",
+           "recall_sweep", "sweep"]
 
 # The plan the stored files follow, read by scripts/stored_runs.py (which makes them), by
 # tests/lm/test_stored_runs.py (which checks them) and by the training chapter (which shows them).
@@ -43,6 +44,23 @@ EPOCH_CORE = ("softmax", "elu+1", "retnet", "simple_gla_const", "simple_gla", "g
               "softmax-conv4")
 EPOCH_OTHERS = ("relu", "performer", "retnet_no_decay", "deltanet_additive")
 EPOCH_SEEDS = (0, 1, 2)
+EPOCH_MORE_SEEDS = (3, 4)  # both sides of a contrast whose three-seed mean difference is under EPOCH_CLOSE
+EPOCH_CLOSE = 0.05  # nats per character
+# The contrasts the chapter reads, ``(what changes, a, b)``: a paired difference a - b over the seeds. Where
+# the two sides chose other rates, b is also trained at a's rate (the same seeds), so the contrast is
+# also shown at one shared rate.
+EPOCH_CONTRASTS = (
+    ("linear attention (elu+1) instead of softmax", "elu+1", "softmax"),
+    ("a fixed decay per head", "retnet", "retnet_no_decay"),
+    ("the decay learned (a constant per head)", "simple_gla_const", "retnet"),
+    ("the decay read from the input", "simple_gla", "simple_gla_const"),
+    ("a gate per key channel, from fla's start", "gla", "simple_gla"),
+    ("the delta rule's overwrite", "deltanet", "deltanet_additive"),
+    ("ReLU features instead of elu+1", "relu", "elu+1"),
+    ("Performer features instead of elu+1", "performer", "elu+1"),
+    ("a short convolution in front of softmax", "softmax-conv4", "softmax"),
+    ("DeltaNet against softmax, both with the convolution", "deltanet", "softmax-conv4"),
+)
 
 
 def epoch_name(name: str, lr: str, seed: int) -> str:
@@ -91,6 +109,13 @@ def epoch_chosen_lr(name: str) -> str:
     if best in (ordered[0], ordered[-1]) and beyond is not None and beyond not in runs:
         raise SweepIncomplete(f"the best rate of {name!r}, {best}, is at an edge of its sweep", (beyond,))
     return best
+
+
+def epoch_runs(name: str, lr: str | None = None) -> dict[int, dict[str, Any]]:
+    """The stored one-epoch runs of a layer at rate ``lr`` (default: the rate its sweep chose), by seed."""
+    lr = epoch_chosen_lr(name) if lr is None else lr
+    prefix = f"epoch-{name}-lr{lr}-seed"
+    return {int(n[len(prefix):-len(".json")]): load(n) for n in names(f"{prefix}*.json")}
 
 
 def recall_name(preset: str, kind: str, width: int, pairs: int, seed: int) -> str:

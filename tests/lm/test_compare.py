@@ -1,11 +1,12 @@
-"""linattn_core.lm.compare: seeds, spreads and the tie rule the training chapter reads its runs with."""
+"""linattn_core.lm.compare: seeds, and contrasts as paired differences with Student's t interval."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 from _tolerances import assert_close
 
-from linattn_core.lm.compare import Seeds, contrast, seeds_of
+from linattn_core.lm.compare import Seeds, contrast, seeds_of, t_quantile
 
 
 def runs(values, seeds=None):
@@ -33,22 +34,64 @@ def test_seeds_refuse_what_gives_no_spread(bad, match):
         seeds_of("x", bad)
 
 
-def test_ranges_apart_are_separated_and_the_lower_is_named():
-    a, b = Seeds("a", (1.0, 1.1, 1.2)), Seeds("b", (1.3, 1.4, 1.5))
+def test_seeds_keep_their_numbers_and_refuse_a_missing_value():
+    s = seeds_of("x", runs([1.5, 1.2], seeds=[4, 3]))
+    assert s.seeds == (3, 4) and s.values == (1.2, 1.5)
+    with pytest.raises(ValueError, match=r"seeds \[1\] have no final_val_loss"):
+        seeds_of("x", runs([1.0, None]))
+    with pytest.raises(ValueError, match="finite"):
+        Seeds("x", (1.0, float("nan")))
+    with pytest.raises(ValueError, match="3 values for 2 seeds"):
+        Seeds("x", (1.0, 1.1, 1.2), (0, 1))
+
+
+@pytest.mark.parametrize("p, df, expected", [(0.975, 1, 12.706204736174698), (0.975, 2, 4.302652729911275),
+                                             (0.975, 4, 2.7764451051977987), (0.95, 3, 2.3533634348018264),
+                                             (0.975, 30, 2.0422724563012373), (0.995, 9, 3.24983554401537)])
+def test_t_quantiles_match_the_tables(p, df, expected):
+    assert abs(t_quantile(p, df) - expected) < 1e-8 * expected
+
+
+@pytest.mark.parametrize("p, df", [(0.5, 2), (1.0, 2), (0.9, 0), (0.9, 1.5), (0.9, True)])
+def test_t_quantile_refuses_what_it_cannot_answer(p, df):
+    with pytest.raises(ValueError):
+        t_quantile(p, df)
+
+
+def test_a_paired_difference_and_its_interval():
+    a, b = Seeds("a", (1.0, 1.1, 1.2)), Seeds("b", (1.3, 1.35, 1.5))
     c = contrast(a, b)
-    assert c.separated and c.verdict == "a lower" and contrast(b, a).verdict == "a lower"
-    assert_close(c.gap, -0.3, dtype="float64")
-    assert_close(c.per_seed, (-0.3, -0.3, -0.3), dtype="float64")
+    d = np.array([-0.3, -0.25, -0.3])
+    assert_close(c.per_seed, tuple(d), dtype="float64")
+    assert_close(c.mean, d.mean(), dtype="float64")
+    assert_close(c.sem, d.std(ddof=1) / np.sqrt(3), dtype="float64")
+    low, high = c.interval
+    assert_close(high - c.mean, 4.302652729911275 * c.sem, dtype="float64")
+    assert_close(c.mean - low, 4.302652729911275 * c.sem, dtype="float64")
+    assert high < 0 and c.verdict == "a lower" and contrast(b, a).verdict == "a lower"
 
 
-@pytest.mark.parametrize("b_values", [(1.2, 1.4, 1.5), (1.15, 1.16, 1.17), (1.2, 1.3, 1.25)])
-def test_overlapping_ranges_are_a_tie_whatever_the_means(b_values):
-    # touching (1.2 in both), nested and interleaved ranges: the runs do not tell the layers apart
-    a = Seeds("a", (1.0, 1.1, 1.2))
-    assert not contrast(a, Seeds("b", b_values)).separated
-    assert contrast(a, Seeds("b", b_values)).verdict == "tie"
+def test_the_verdict_reads_the_interval_not_the_ranges():
+    # ranges overlap, yet b is above a by 0.1 in every seed: the paired interval excludes zero
+    a, b = Seeds("a", (1.0, 1.2, 1.4)), Seeds("b", (1.1, 1.3, 1.5 + 1e-3))
+    assert contrast(a, b).verdict == "a lower"
+    # a mean gap of 0.28 whose per-seed gaps disagree in sign: a tie
+    a, b = Seeds("a", (1.0, 1.0, 1.0)), Seeds("b", (1.3, 0.8, 1.05))
+    low, high = contrast(a, b).interval
+    assert low < 0 < high and contrast(a, b).verdict == "tie"
 
 
-def test_per_seed_gaps_need_the_same_seeds():
-    with pytest.raises(ValueError, match="per-seed gaps need the same seeds"):
-        _ = contrast(Seeds("a", (1.0, 1.1)), Seeds("b", (1.0, 1.1, 1.2))).per_seed
+def test_level_widens_the_interval():
+    a, b = Seeds("a", (1.0, 1.1, 1.2, 1.0)), Seeds("b", (1.2, 1.2, 1.3, 1.3))
+    w90 = np.diff(contrast(a, b, 0.90).interval)[0]
+    w99 = np.diff(contrast(a, b, 0.99).interval)[0]
+    assert w99 > w90 > 0
+    with pytest.raises(ValueError, match="level"):
+        contrast(a, b, 1.0)
+
+
+def test_a_paired_difference_needs_the_same_seeds():
+    with pytest.raises(ValueError, match="same seeds"):
+        contrast(Seeds("a", (1.0, 1.1)), Seeds("b", (1.0, 1.1, 1.2)))
+    with pytest.raises(ValueError, match="same seeds"):
+        contrast(Seeds("a", (1.0, 1.1), (0, 1)), Seeds("b", (1.0, 1.1), (0, 2)))
