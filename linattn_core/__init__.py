@@ -12,6 +12,8 @@ True
 """
 
 from .attention import kernel_attention, softmax_attention
+from .decay import DecayedState, decayed_kernel_attention, decayed_linear_attention
+from .delta import DeltaRuleState, delta_rule_attention
 from .feature_maps import (
     FEATURE_MAPS,
     CallableFeatureMap,
@@ -26,7 +28,7 @@ from .feature_maps import (
     get_feature_map,
 )
 from .linear import METHODS, linear_attention
-from .streaming import DecayedState, DeltaRuleState, KVCache, LinearAttentionState
+from .streaming import KVCache, LinearAttentionState
 
 __version__ = "0.1.0"
 
@@ -47,15 +49,11 @@ __all__ = [
     "ReLUPlusOne",
     "Softplus",
     "__version__",
+    "decayed_kernel_attention",
+    "decayed_linear_attention",
+    "delta_rule_attention",
     "get_feature_map",
     "kernel_attention",
     "linear_attention",
     "softmax_attention",
 ]
-
-import os as _os
-
-if _os.environ.get("LINATTN_BOOK_BUILD"):
-    from .tools import viz as _viz  # book build: site-wide plotly.js renderer, no CDN
-
-    _viz.use_static_renderer()

@@ -293,13 +293,28 @@ def from_numpy(a: np.ndarray, like: Any) -> Any:
     return a.astype(like.dtype, copy=False)
 
 
+def _floating_like(value: Any, name: str, like: Any) -> Any:
+    """An array argument beside the inputs: floating, on ``like``'s backend and device, in its dtype."""
+    kind = "torch tensor" if is_torch(like) else "numpy array"
+    if is_torch(value):
+        if not value.is_floating_point():
+            raise TypeError(f"{name} has dtype {value.dtype}: it must be a floating {kind}")
+        if value.device != like.device:
+            raise TypeError(f"{name} is on {value.device} but the inputs are on {like.device}")
+        return value.to(like.dtype)
+    if value.dtype.type not in _NUMPY_FLOATS:
+        raise TypeError(f"{name} has dtype {value.dtype}: it must be a floating {kind}")
+    return value.astype(like.dtype, copy=False)
+
+
 def per_token(
     value: Any, q: Any, be: Backend, name: str, *, interval: str, valid: Any, array_name: str | None = None
 ) -> Any:
     """A per-token parameter (decay gate, write strength) as an array shaped ``q.shape[:-1]``: ``(..., N)``.
 
-    ``value`` is one number (used at every token) or an array of exactly that shape, on ``q``'s backend.
-    ``valid(x)`` says elementwise whether a value is allowed; ``interval`` writes that range in messages.
+    ``value`` is one number (used at every token) or a floating array of exactly that shape, on ``q``'s
+    backend and device. ``valid(x)`` says elementwise whether a value is allowed; ``interval`` writes that
+    range in messages.
     """
     lead_n = tuple(int(s) for s in q.shape[:-1])
     like = be.to_compute(q[..., :1, :1])
@@ -317,8 +332,38 @@ def per_token(
             f"{name} has shape {shape_str(value)} but q has shape {shape_str(q)}:"
             f" per-token values need shape {lead_n}"
         )
-    value = be.to_compute(value)
+    value = _floating_like(value, name, like)
     bad = int((~lib(value).isfinite(value) | ~valid(value)).sum())
     if bad:
         raise ValueError(f"{array_name or name} must lie in {interval}; {bad} of its entries do not")
+    return value
+
+
+def checked_values(value: Any, name: str, like: Any, shapes: dict[str, tuple[int, ...]], *,
+                   interval: str, valid: Any) -> Any:
+    """A number or an array of one of ``shapes``, checked, on ``like``'s backend, dtype and device.
+
+    ``shapes`` maps how a shape is written in messages (``"(..., N)"``) to the shape itself; a number
+    fills the first. ``valid(x)`` says elementwise whether a value is allowed (``interval`` writes the
+    range). Used for the decay gates and, one token at a time, by the step states.
+    """
+    first = next(iter(shapes.values()))
+    if isinstance(value, (int, float, np.floating, np.integer)) and not isinstance(value, bool):
+        if not (math.isfinite(value) and valid(np.float64(value))):
+            raise ValueError(f"{name} must lie in {interval}, got {value!r}")
+        return from_numpy(np.full(first, float(value)), like)
+    accepted = ", ".join(f"{text} = {shape}" for text, shape in shapes.items())
+    is_array = is_torch(value) or isinstance(value, np.ndarray)
+    if not is_array or is_torch(value) != is_torch(like):
+        kind = "torch tensor" if is_torch(like) else "numpy array"
+        raise TypeError(f"{name} must be a number in {interval} or a {kind} of shape {accepted};"
+                        f" got {type(value).__name__}")
+    if tuple(int(s) for s in value.shape) not in shapes.values():
+        raise ValueError(f"{name} has shape {shape_str(value)}; the accepted shapes are () (one number),"
+                         f" {accepted}")
+    value = _floating_like(value, name, like)
+    bad = int((~lib(value).isfinite(value) | ~valid(value)).sum())
+    if bad:
+        raise ValueError(f"{name} must lie in {interval}; {bad} of its {int(math.prod(value.shape))}"
+                         " entries do not")
     return value

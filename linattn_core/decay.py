@@ -32,49 +32,16 @@ from . import _backend as ops
 from . import fast, linear_grad
 from .attention import normalized, warn_nonpositive
 from .feature_maps import as_feature_map, require_exact_products
+from .streaming import LinearAttentionState, read
 
-__all__ = ["DECAY_METHODS", "decayed_kernel_attention", "decayed_linear_attention"]
+__all__ = ["DECAY_METHODS", "DecayedState", "decayed_kernel_attention", "decayed_linear_attention",
+           "decayed_step"]
 
 DECAY_METHODS = ("auto", "recurrent", "chunked")
 DEFAULT_DECAY = 0.9  # gamma when neither decay nor log_decay is given
 
 
 # --- the gates --------------------------------------------------------------------------------------
-
-
-def checked_values(value: Any, name: str, like: Any, shapes: dict[str, tuple[int, ...]], *,
-                   interval: str, valid: Any) -> Any:
-    """A number or an array of one of ``shapes``, checked, on ``like``'s backend, dtype and device.
-
-    ``shapes`` maps how a shape is written in messages (``"(..., N)"``) to the shape itself; a number
-    fills the first. ``valid(x)`` says elementwise whether a value is allowed (``interval`` writes the
-    range). Used for the gates here and, one token at a time, by the streaming states.
-    """
-    first = next(iter(shapes.values()))
-    if isinstance(value, (int, float, np.floating, np.integer)) and not isinstance(value, bool):
-        if not (math.isfinite(value) and valid(np.float64(value))):
-            raise ValueError(f"{name} must lie in {interval}, got {value!r}")
-        return ops.from_numpy(np.full(first, float(value)), like)
-    accepted = ", ".join(f"{text} = {shape}" for text, shape in shapes.items())
-    is_array = ops.is_torch(value) or isinstance(value, np.ndarray)
-    if not is_array or ops.is_torch(value) != ops.is_torch(like):
-        kind = "torch tensor" if ops.is_torch(like) else "numpy array"
-        raise TypeError(f"{name} must be a number in {interval} or a {kind} of shape {accepted};"
-                        f" got {type(value).__name__}")
-    if tuple(int(s) for s in value.shape) not in shapes.values():
-        raise ValueError(f"{name} has shape {ops.shape_str(value)}; the accepted shapes are () (one number),"
-                         f" {accepted}")
-    if ops.is_torch(value):
-        if value.device != like.device:
-            raise TypeError(f"{name} is on {value.device} but the inputs are on {like.device}")
-        value = value.to(like.dtype)
-    else:
-        value = value.astype(like.dtype, copy=False)
-    bad = int((~ops.lib(value).isfinite(value) | ~valid(value)).sum())
-    if bad:
-        raise ValueError(f"{name} must lie in {interval}; {bad} of its {int(math.prod(value.shape))}"
-                         " entries do not")
-    return value
 
 
 def log_gates(decay: Any, log_decay: Any, like: Any, lead: tuple[int, ...], d_phi: int, *,
@@ -90,10 +57,10 @@ def log_gates(decay: Any, log_decay: Any, like: Any, lead: tuple[int, ...], d_ph
         raise ValueError(f"give {names[0]} or {names[1]}, not both: they are two spellings of the same gates")
     shapes = {texts[0]: lead, texts[1]: lead + (d_phi,)}
     if log_decay is not None:
-        log_g = checked_values(log_decay, names[1], like, shapes, interval="(-inf, 0]",
+        log_g = ops.checked_values(log_decay, names[1], like, shapes, interval="(-inf, 0]",
                                valid=lambda x: x <= 0)
     else:
-        g = checked_values(DEFAULT_DECAY if decay is None else decay, names[0], like, shapes,
+        g = ops.checked_values(DEFAULT_DECAY if decay is None else decay, names[0], like, shapes,
                            interval="(0, 1]", valid=lambda x: (x > 0) & (x <= 1))
         log_g = ops.lib(g).log(g)
     per_token = tuple(int(s) for s in log_g.shape) == lead
@@ -135,6 +102,17 @@ def _scores(phi_q: Any, phi_k: Any, b: Any) -> Any:
         return (phi_q @ ops.swap_last(phi_k)) * xp.exp(gap)
     gap = xp.where(mask[..., None], b[..., :, None, :] - b[..., None, :, :], -math.inf)  # (..., c, c, f)
     return ops.total(phi_q[..., :, None, :] * phi_k[..., None, :, :] * xp.exp(gap), -1)
+
+
+def decayed_step(S: Any, z: Any, phi_k_t: Any, v_t: Any, g_t: Any) -> tuple[Any, Any]:
+    """One token, forget then add: ``S <- diag(g_t) S + phi(k_t) v_t^T``, ``z <- g_t * z + phi(k_t)``.
+
+    S: (..., f, d_v), z: (..., f) or None (no normalizer), phi_k_t: (..., f), v_t: (..., d_v),
+    g_t: (..., 1 or f) -> the new S, z. The recurrent form, :class:`DecayedState` and the model's
+    decayed layers (through the state) all step with it.
+    """
+    S = g_t[..., :, None] * S + phi_k_t[..., :, None] * v_t[..., None, :]  # row c of S decays by g_c
+    return S, None if z is None else g_t * z + phi_k_t
 
 
 # --- the forms --------------------------------------------------------------------------------------
@@ -292,11 +270,10 @@ def _recurrent(phi_q: Any, phi_k: Any, v: Any, log_g: Any) -> tuple[Any, Any, An
     g = ops.lib(log_g).exp(log_g)  # (..., N, 1 or f)
     nums, dens = [], []
     for t in range(int(phi_k.shape[-2])):
-        k_t, v_t, q_t, g_t = phi_k[..., t, :], v[..., t, :], phi_q[..., t, :], g[..., t, :]
-        S = g_t[..., :, None] * S + k_t[..., :, None] * v_t[..., None, :]  # row c of S decays by g_tc
-        z = g_t * z + k_t
-        nums.append((q_t[..., None, :] @ S)[..., 0, :])
-        dens.append(ops.total(q_t * z, -1))
+        S, z = decayed_step(S, z, phi_k[..., t, :], v[..., t, :], g[..., t, :])
+        num, den = read(S, z, phi_q[..., t, :])
+        nums.append(num)
+        dens.append(den)
     return ops.stack(nums, -2), ops.stack(dens, -1), S, z
 
 
@@ -329,3 +306,91 @@ def _chunked(phi_q: Any, phi_k: Any, v: Any, log_g: Any, C: int) -> tuple[Any, A
         S = last[..., :, None] * S + ops.swap_last(K_out) @ V
         z = last * z + ops.total(K_out, -2)
     return ops.concat(nums, -2), ops.concat(dens, -1), S, z
+
+
+# --- one token at a time ----------------------------------------------------------------------------
+
+
+class DecayedState(LinearAttentionState):
+    """The state of :func:`decayed_linear_attention`: forget, then add, one token at a time.
+
+    ``S <- diag(g_t) S + phi(k_t) v_t^T`` and ``z <- g_t * z + phi(k_t)`` (:func:`decayed_step`); the
+    answer is ``phi(q_t)^T S / max(phi(q_t) . z, eps)``, or the numerator alone with ``normalize=False``
+    (then there is no ``z``). The gate ``g_t`` is one number, one per batch entry (a scalar gate per
+    head), or one per batch entry and key channel (GLA).
+
+    Parameters
+    ----------
+    d, d_v, feature_map, batch_shape, eps, dtype, like
+        As for :class:`~linattn_core.LinearAttentionState`.
+    normalize : bool
+        As in :func:`decayed_linear_attention`; ``False`` refuses a stabilised Performer (its constants
+        cancel only in a normalized output).
+
+    Attributes
+    ----------
+    S : (*batch_shape, d_phi, d_v)
+    z : (*batch_shape, d_phi), or None when ``normalize`` is False
+    t : int
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from linattn_core import DecayedState
+    >>> from linattn_core.decay import decayed_linear_attention
+    >>> rng = np.random.default_rng(0)
+    >>> q, k, v = rng.standard_normal((3, 10, 4))
+    >>> g = rng.uniform(0.5, 1.0, (10, 4))  # a gate per token and key channel
+    >>> state = DecayedState(4, 4)
+    >>> ys = np.stack([state.step(q[t], k[t], v[t], g[t]) for t in range(10)])
+    >>> bool(np.allclose(ys, decayed_linear_attention(q, k, v, decay=g)))
+    True
+    """
+
+    def __init__(self, d: int, d_v: int, feature_map: Any = "elu+1", *, normalize: bool = True,
+                 batch_shape: tuple[int, ...] = (), eps: float = 1e-6, dtype: Any = np.float64,
+                 like: Any = None) -> None:
+        self.normalize = ops.check_flag(normalize, "normalize")
+        super().__init__(d, d_v, feature_map, batch_shape=batch_shape, eps=eps, dtype=dtype, like=like)
+        if not self.normalize:
+            require_exact_products(self.phi, "DecayedState", "normalize")
+
+    def reset(self) -> None:
+        """Forget every token: ``S = 0``, ``z = 0`` (None without normalization), ``t = 0``."""
+        super().reset()
+        if not self.normalize:
+            self.z = None
+
+    def _held(self) -> tuple:
+        return (self.S, self.z) if self.normalize else (self.S,)
+
+    def update(self, k_t: Any, v_t: Any, g_t: Any = None, *, log_g_t: Any = None) -> None:
+        """Forget, then add one pair: ``S <- diag(g_t) S + phi(k_t) v_t^T``, ``z <- g_t * z + phi(k_t)``.
+
+        k_t: (*batch_shape, d), v_t: (*batch_shape, d_v); g_t: a number, (*batch_shape,) or
+        (*batch_shape, d_phi), in (0, 1]; or ``log_g_t`` (<= 0, the same shapes) instead.
+        """
+        if g_t is None and log_g_t is None:
+            raise TypeError("DecayedState.update needs the gate g_t (or its log, log_g_t=)")
+        log_g = log_gates(g_t, log_g_t, self._proto, self.batch_shape, self.d_phi,
+                          texts=("(*batch_shape,)", "(*batch_shape, d_phi)"), names=("g_t", "log_g_t"))
+        g = ops.lib(log_g).exp(log_g)  # (*batch, 1 or d_phi)
+        k_t, v_t = self._token(k_t, "k_t", self.d), self._token(v_t, "v_t", self.d_v)
+        f = self._key_features(k_t)  # (*batch, d_phi); first: it may rescale S and z
+        self.S, self.z = decayed_step(self.S, self.z, f, v_t, g)
+        self.t += 1
+
+    def query(self, q_t: Any) -> Any:
+        """``phi(q_t)^T S / max(phi(q_t) . z, eps)``, or ``phi(q_t)^T S`` without normalization.
+
+        q_t: (*batch_shape, d) -> (*batch_shape, d_v)
+        """
+        if self.normalize:
+            return super().query(q_t)
+        num, _ = read(self.S, None, self._query_features(self._token(q_t, "q_t", self.d)))
+        return self._out(num)
+
+    def step(self, q_t: Any, k_t: Any, v_t: Any, g_t: Any = None, *, log_g_t: Any = None) -> Any:
+        """``update(k_t, v_t, g_t)`` then ``query(q_t)``: one step of decoding."""
+        self.update(k_t, v_t, g_t, log_g_t=log_g_t)
+        return self.query(q_t)

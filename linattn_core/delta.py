@@ -44,8 +44,9 @@ import numpy as np
 from . import _backend as ops
 from . import fast
 from .feature_maps import as_feature_map, require_exact_products
+from .streaming import StepState, read
 
-__all__ = ["DELTA_METHODS", "delta_rule_attention"]
+__all__ = ["DELTA_METHODS", "DeltaRuleState", "delta_rule_attention", "delta_step", "unit_rows"]
 
 DELTA_METHODS = ("auto", "recurrent", "quadratic", "chunked")
 
@@ -55,10 +56,32 @@ def _betas(beta: Any, q: Any, be: ops.Backend) -> Any:
     return ops.per_token(beta, q, be, "beta", interval="[0, 2]", valid=lambda b: (b >= 0) & (b <= 2))
 
 
-def _unit_rows(x: Any) -> Any:
-    """``x / ||x||`` along the last dim (a zero row stays zero)."""
-    norm = ops.total(x * x, -1, keepdims=True)
-    return x / ops.lib(x).sqrt(ops.clamp_min(norm, 1e-12))
+def unit_rows(x: Any) -> Any:
+    """``x / ||x||`` along the last dim, for every nonzero row; a zero row stays zero.
+
+    Each row is first divided by its largest ``|x_i|``, so the sum of squares lies in ``[1, f]``: no row
+    is too short (its squares underflowing) or too long (overflowing) for the dtype, and a row of any
+    nonzero length comes out of unit length. Under autograd that divisor is a constant (the result does
+    not depend on it), so the gradient is the one of ``x / ||x||``. x: (..., f) -> (..., f)
+    """
+    xp = ops.lib(x)
+    m = ops.amax(abs(x), -1)  # (..., 1): the largest entry's size
+    if ops.is_torch(m):
+        m = m.detach()
+    y = x / xp.where(m > 0, m, xp.ones_like(m))  # largest entry +-1; a zero row stays 0
+    # the sum of squares is >= 1 for a nonzero row: the clamp touches only zero rows (and keeps their
+    # gradient finite, where sqrt's would be infinite at 0)
+    return y / xp.sqrt(ops.clamp_min(ops.total(y * y, -1, keepdims=True), 1.0))
+
+
+def delta_step(S: Any, phi_k_t: Any, v_t: Any, beta_t: Any) -> Any:
+    """One token of the rule: ``S <- S + beta_t phi(k_t) (v_t - S^T phi(k_t))^T``.
+
+    S: (..., f, d_v), phi_k_t: (..., f), v_t: (..., d_v), beta_t: (...,) -> the new S. The recurrent
+    form, :class:`DeltaRuleState` and the model's DeltaNet layer (through the state) all step with it.
+    """
+    predicted, _ = read(S, None, phi_k_t)  # S^T phi(k_t): what the memory recalls for k_t
+    return S + beta_t[..., None, None] * phi_k_t[..., :, None] * (v_t - predicted)[..., None, :]
 
 
 def delta_rule_attention(
@@ -121,7 +144,7 @@ def delta_rule_attention(
     q, k, v = (be.to_compute(x) for x in (q, k, v))
     phi_q, phi_k = phi.pair(q, k, causal=True)  # (..., N, f)
     if normalize_qk:
-        phi_q, phi_k = _unit_rows(phi_q), _unit_rows(phi_k)
+        phi_q, phi_k = unit_rows(phi_q), unit_rows(phi_k)
     if method == "recurrent":
         y, S = _recurrent(phi_q, phi_k, v, beta)
     elif method == "quadratic":
@@ -139,10 +162,8 @@ def _recurrent(Q: Any, K: Any, V: Any, beta: Any) -> tuple[Any, Any]:
     S = ops.zeros(lead + (f, d_v), K)  # (..., f, d_v)
     ys = []
     for t in range(int(K.shape[-2])):
-        k_t, v_t, q_t = K[..., t, :], V[..., t, :], Q[..., t, :]
-        predicted = (k_t[..., None, :] @ S)[..., 0, :]  # S_{t-1}^T phi(k_t): what the memory recalls
-        S = S + beta[..., t, None, None] * k_t[..., :, None] * (v_t - predicted)[..., None, :]
-        ys.append((q_t[..., None, :] @ S)[..., 0, :])
+        S = delta_step(S, K[..., t, :], V[..., t, :], beta[..., t])
+        ys.append(read(S, None, Q[..., t, :])[0])  # S_t^T phi(q_t)
     return ops.stack(ys, -2), S
 
 
@@ -183,3 +204,83 @@ def _chunked(Q: Any, K: Any, V: Any, beta: Any, C: int) -> tuple[Any, Any]:
         ys.append(Qc @ S + A @ U)
         S = S + ops.swap_last(Kc) @ U
     return ops.concat(ys, -2), S
+
+
+# --- one token at a time ----------------------------------------------------------------------------
+
+
+class DeltaRuleState(StepState):
+    """The state of :func:`delta_rule_attention`: a memory that corrects itself, one token at a time.
+
+    ``S <- S + beta_t phi(k_t) (v_t - S^T phi(k_t))^T`` (:func:`delta_step`) and ``y_t = S^T phi(q_t)``,
+    with ``phi(q_t)`` and ``phi(k_t)`` scaled to unit length when ``normalize_qk`` (as in the function).
+    No ``z``.
+
+    Parameters
+    ----------
+    d, d_v, batch_shape, dtype, like
+        As for :class:`~linattn_core.LinearAttentionState`.
+    feature_map : str, FeatureMap or callable
+        ``phi``, the identity by default (as in DeltaNet).
+    normalize_qk : bool
+        Unit-length features (True keeps the update a contraction for ``0 <= beta_t <= 2``);
+        ``False`` refuses a stabilised Performer.
+
+    Attributes
+    ----------
+    S : (*batch_shape, d_phi, d_v)
+    t : int
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from linattn_core import DeltaRuleState
+    >>> from linattn_core.delta import delta_rule_attention
+    >>> rng = np.random.default_rng(0)
+    >>> q, k, v = rng.standard_normal((3, 10, 4))
+    >>> state = DeltaRuleState(4, 4)
+    >>> ys = np.stack([state.step(q[t], k[t], v[t], 0.5) for t in range(10)])
+    >>> bool(np.allclose(ys, delta_rule_attention(q, k, v, 0.5)))
+    True
+    """
+
+    def __init__(self, d: int, d_v: int, feature_map: Any = "identity", *, normalize_qk: bool = True,
+                 batch_shape: tuple[int, ...] = (), dtype: Any = np.float64, like: Any = None) -> None:
+        self.normalize_qk = ops.check_flag(normalize_qk, "normalize_qk")
+        super().__init__(d, d_v, feature_map, batch_shape, dtype, like)
+        if not self.normalize_qk:
+            require_exact_products(self.phi, "DeltaRuleState", "normalize_qk")
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget every token: ``S = 0``, ``t = 0``."""
+        self.S = ops.zeros(self.batch_shape + (self.d_phi, self.d_v), self._proto)
+        self.t = 0
+
+    def _held(self) -> tuple:
+        return (self.S,)
+
+    def _unit(self, f: Any) -> Any:
+        return unit_rows(f) if self.normalize_qk else f
+
+    def update(self, k_t: Any, v_t: Any, beta_t: Any) -> None:
+        """Write the correction: ``S <- S + beta_t phi(k_t) (v_t - S^T phi(k_t))^T``.
+
+        k_t: (*batch_shape, d), v_t: (*batch_shape, d_v); beta_t: a number or (*batch_shape,), in [0, 2]
+        """
+        beta = ops.checked_values(beta_t, "beta_t", self._proto, {"(*batch_shape,)": self.batch_shape},
+                                  interval="[0, 2]", valid=lambda b: (b >= 0) & (b <= 2))
+        k_t, v_t = self._token(k_t, "k_t", self.d), self._token(v_t, "v_t", self.d_v)
+        f = self._unit(self.phi.keys(k_t[..., None, :], offset=self.t)[..., 0, :])  # (*batch, d_phi)
+        self.S = delta_step(self.S, f, v_t, beta)
+        self.t += 1
+
+    def query(self, q_t: Any) -> Any:
+        """Read the memory: ``S^T phi(q_t)``. q_t: (*batch_shape, d) -> (*batch_shape, d_v)"""
+        f = self._unit(self._query_features(self._token(q_t, "q_t", self.d)))  # (*batch, d_phi)
+        return self._out(read(self.S, None, f)[0])
+
+    def step(self, q_t: Any, k_t: Any, v_t: Any, beta_t: Any) -> Any:
+        """``update(k_t, v_t, beta_t)`` then ``query(q_t)``: one step of decoding."""
+        self.update(k_t, v_t, beta_t)
+        return self.query(q_t)

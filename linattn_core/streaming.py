@@ -3,10 +3,12 @@
 Each answers one query per step after adding the current key/value pair (causal: ``y_0 = v_0``).
 
 - :class:`LinearAttentionState` keeps ``S = sum_j phi(k_j) v_j^T`` and ``z = sum_j phi(k_j)``:
-  ``d_phi x (d_v + 1)`` numbers, whatever the number of tokens seen.
-- :class:`DecayedState` forgets, then adds: ``S <- diag(g_t) S + phi(k_t) v_t^T`` with one gate, a
-  gate per batch entry (head) or a gate per key channel (GLA), and ``z`` likewise.
-- :class:`DeltaRuleState` corrects what it stores: ``S <- S + beta_t phi(k_t) (v_t - S^T phi(k_t))^T``.
+  ``d_phi x (d_v + 1)`` numbers, whatever the number of tokens seen; :func:`linear_step` is its rule.
+- :class:`~linattn_core.decay.DecayedState` (in ``decay.py``, beside its rule) forgets, then adds:
+  ``S <- diag(g_t) S + phi(k_t) v_t^T`` with one gate, a gate per batch entry (head) or a gate per key
+  channel (GLA), and ``z`` likewise.
+- :class:`~linattn_core.delta.DeltaRuleState` (in ``delta.py``) corrects what it stores:
+  ``S <- S + beta_t phi(k_t) (v_t - S^T phi(k_t))^T``.
 - :class:`KVCache` keeps every key and value: memory grows linearly with ``t``.
 
 Stepping through a sequence gives the same outputs as the whole-sequence functions:
@@ -24,11 +26,44 @@ import numpy as np
 
 from . import _backend as ops
 from .attention import normalized, warn_nonpositive
-from .decay import checked_values, log_gates
-from .delta import _unit_rows
-from .feature_maps import as_feature_map, require_exact_products
+from .feature_maps import as_feature_map
 
-__all__ = ["DecayedState", "DeltaRuleState", "KVCache", "LinearAttentionState"]
+__all__ = ["KVCache", "LinearAttentionState", "StepState", "linear_step", "read"]
+
+
+def __getattr__(name: str) -> Any:
+    # The decayed and delta-rule states live beside their rules (decay.py, delta.py) and are imported
+    # from there, or from the package; this keeps ``from linattn_core.streaming import DecayedState``
+    # working for code written before they moved, without importing those modules here at load time.
+    if name == "DecayedState":
+        from .decay import DecayedState
+
+        return DecayedState
+    if name == "DeltaRuleState":
+        from .delta import DeltaRuleState
+
+        return DeltaRuleState
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+# --- the rule, one token at a time ------------------------------------------------------------------
+
+
+def linear_step(S: Any, z: Any, phi_k_t: Any, v_t: Any) -> tuple[Any, Any]:
+    """One token of causal linear attention: ``S <- S + phi(k_t) v_t^T``, ``z <- z + phi(k_t)``.
+
+    S: (..., f, d_v), z: (..., f), phi_k_t: (..., f), v_t: (..., d_v) -> the new S, z.
+    """
+    return S + phi_k_t[..., :, None] * v_t[..., None, :], z + phi_k_t
+
+
+def read(S: Any, z: Any, phi_q_t: Any) -> tuple[Any, Any]:
+    """What a state answers one query: the numerator ``phi(q_t)^T S`` and ``phi(q_t) . z`` (None without z).
+
+    S: (..., f, d_v), z: (..., f) or None, phi_q_t: (..., f) -> (..., d_v), (...,) or None
+    """
+    num = (phi_q_t[..., None, :] @ S)[..., 0, :]
+    return num, None if z is None else ops.total(phi_q_t * z, -1)
 
 
 def _prototype(dtype: Any, like: Any) -> Any:
@@ -84,10 +119,12 @@ def _nbytes(*arrays: Any) -> int:
                for a in arrays)
 
 
-class _State:
+class StepState:
     """What every step state shares: sizes, the feature map, the backend, the token checks, ``nbytes``.
 
-    Subclasses hold their arrays (``_held``) and say how a token updates and reads them.
+    Subclasses hold their arrays (``_held``) and say how a token updates and reads them:
+    :class:`LinearAttentionState` here, :class:`~linattn_core.decay.DecayedState` and
+    :class:`~linattn_core.delta.DeltaRuleState` beside their rules.
     """
 
     def __init__(self, d: int, d_v: int, feature_map: Any, batch_shape: tuple[int, ...], dtype: Any,
@@ -129,7 +166,7 @@ class _State:
         )
 
 
-class LinearAttentionState(_State):
+class LinearAttentionState(StepState):
     """The fixed-size state of causal linear attention: ``S: (*batch_shape, d_phi, d_v)``, ``z``.
 
     Parameters
@@ -208,9 +245,8 @@ class LinearAttentionState(_State):
         k_t: (*batch_shape, d), v_t: (*batch_shape, d_v)
         """
         k_t, v_t = self._token(k_t, "k_t", self.d), self._token(v_t, "v_t", self.d_v)
-        f = self._key_features(k_t)  # (*batch, d_phi)
-        self.S = self.S + f[..., :, None] * v_t[..., None, :]
-        self.z = self.z + f
+        f = self._key_features(k_t)  # (*batch, d_phi); first: it may rescale S and z
+        self.S, self.z = linear_step(self.S, self.z, f, v_t)
         self.t += 1
 
     def query(self, q_t: Any) -> Any:
@@ -219,178 +255,13 @@ class LinearAttentionState(_State):
         q_t: (*batch_shape, d) -> (*batch_shape, d_v)
         """
         f = self._query_features(self._token(q_t, "q_t", self.d))  # (*batch, d_phi)
-        num = (f[..., None, :] @ self.S)[..., 0, :]  # (*batch, d_v)
-        den = ops.total(f * self.z, -1)  # (*batch,)
+        num, den = read(self.S, self.z, f)  # (*batch, d_v), (*batch,)
         warn_nonpositive(den, self.phi)
         return self._out(normalized(num, den, self.eps))
 
     def step(self, q_t: Any, k_t: Any, v_t: Any) -> Any:
         """``update(k_t, v_t)`` then ``query(q_t)``: one step of causal decoding."""
         self.update(k_t, v_t)
-        return self.query(q_t)
-
-
-class DecayedState(LinearAttentionState):
-    """The state of :func:`~linattn_core.decay.decayed_linear_attention`: forget, then add.
-
-    ``S <- diag(g_t) S + phi(k_t) v_t^T`` and ``z <- g_t * z + phi(k_t)``; the answer is
-    ``phi(q_t)^T S / max(phi(q_t) . z, eps)``, or the numerator alone with ``normalize=False``
-    (then there is no ``z``). The gate ``g_t`` is one number, one per batch entry (a scalar gate per
-    head), or one per batch entry and key channel (GLA).
-
-    Parameters
-    ----------
-    d, d_v, feature_map, batch_shape, eps, dtype, like
-        As for :class:`LinearAttentionState`.
-    normalize : bool
-        As in :func:`~linattn_core.decay.decayed_linear_attention`; ``False`` refuses a stabilised
-        Performer (its constants cancel only in a normalized output).
-
-    Attributes
-    ----------
-    S : (*batch_shape, d_phi, d_v)
-    z : (*batch_shape, d_phi), or None when ``normalize`` is False
-    t : int
-
-    Examples
-    --------
-    >>> import numpy as np
-    >>> from linattn_core import DecayedState
-    >>> from linattn_core.decay import decayed_linear_attention
-    >>> rng = np.random.default_rng(0)
-    >>> q, k, v = rng.standard_normal((3, 10, 4))
-    >>> g = rng.uniform(0.5, 1.0, (10, 4))  # a gate per token and key channel
-    >>> state = DecayedState(4, 4)
-    >>> ys = np.stack([state.step(q[t], k[t], v[t], g[t]) for t in range(10)])
-    >>> bool(np.allclose(ys, decayed_linear_attention(q, k, v, decay=g)))
-    True
-    """
-
-    def __init__(self, d: int, d_v: int, feature_map: Any = "elu+1", *, normalize: bool = True,
-                 batch_shape: tuple[int, ...] = (), eps: float = 1e-6, dtype: Any = np.float64,
-                 like: Any = None) -> None:
-        self.normalize = ops.check_flag(normalize, "normalize")
-        super().__init__(d, d_v, feature_map, batch_shape=batch_shape, eps=eps, dtype=dtype, like=like)
-        if not self.normalize:
-            require_exact_products(self.phi, "DecayedState", "normalize")
-
-    def reset(self) -> None:
-        """Forget every token: ``S = 0``, ``z = 0`` (None without normalization), ``t = 0``."""
-        super().reset()
-        if not self.normalize:
-            self.z = None
-
-    def _held(self) -> tuple:
-        return (self.S, self.z) if self.normalize else (self.S,)
-
-    def update(self, k_t: Any, v_t: Any, g_t: Any = None, *, log_g_t: Any = None) -> None:
-        """Forget, then add one pair: ``S <- diag(g_t) S + phi(k_t) v_t^T``, ``z <- g_t * z + phi(k_t)``.
-
-        k_t: (*batch_shape, d), v_t: (*batch_shape, d_v); g_t: a number, (*batch_shape,) or
-        (*batch_shape, d_phi), in (0, 1]; or ``log_g_t`` (<= 0, the same shapes) instead.
-        """
-        if g_t is None and log_g_t is None:
-            raise TypeError("DecayedState.update needs the gate g_t (or its log, log_g_t=)")
-        log_g = log_gates(g_t, log_g_t, self._proto, self.batch_shape, self.d_phi,
-                          texts=("(*batch_shape,)", "(*batch_shape, d_phi)"), names=("g_t", "log_g_t"))
-        g = ops.lib(log_g).exp(log_g)  # (*batch, 1 or d_phi)
-        k_t, v_t = self._token(k_t, "k_t", self.d), self._token(v_t, "v_t", self.d_v)
-        f = self._key_features(k_t)  # (*batch, d_phi)
-        self.S = g[..., :, None] * self.S + f[..., :, None] * v_t[..., None, :]  # row c decays by g_c
-        if self.normalize:
-            self.z = g * self.z + f
-        self.t += 1
-
-    def query(self, q_t: Any) -> Any:
-        """``phi(q_t)^T S / max(phi(q_t) . z, eps)``, or ``phi(q_t)^T S`` without normalization.
-
-        q_t: (*batch_shape, d) -> (*batch_shape, d_v)
-        """
-        if self.normalize:
-            return super().query(q_t)
-        f = self._query_features(self._token(q_t, "q_t", self.d))  # (*batch, d_phi)
-        return self._out((f[..., None, :] @ self.S)[..., 0, :])
-
-    def step(self, q_t: Any, k_t: Any, v_t: Any, g_t: Any = None, *, log_g_t: Any = None) -> Any:
-        """``update(k_t, v_t, g_t)`` then ``query(q_t)``: one step of decoding."""
-        self.update(k_t, v_t, g_t, log_g_t=log_g_t)
-        return self.query(q_t)
-
-
-class DeltaRuleState(_State):
-    """The state of :func:`~linattn_core.delta.delta_rule_attention`: a memory that corrects itself.
-
-    ``S <- S + beta_t phi(k_t) (v_t - S^T phi(k_t))^T`` and ``y_t = S^T phi(q_t)``, with ``phi(q_t)``
-    and ``phi(k_t)`` scaled to unit length when ``normalize_qk`` (as in the function). No ``z``.
-
-    Parameters
-    ----------
-    d, d_v, batch_shape, dtype, like
-        As for :class:`LinearAttentionState`.
-    feature_map : str, FeatureMap or callable
-        ``phi``, the identity by default (as in DeltaNet).
-    normalize_qk : bool
-        Unit-length features (True keeps the update a contraction for ``0 <= beta_t <= 2``);
-        ``False`` refuses a stabilised Performer.
-
-    Attributes
-    ----------
-    S : (*batch_shape, d_phi, d_v)
-    t : int
-
-    Examples
-    --------
-    >>> import numpy as np
-    >>> from linattn_core import DeltaRuleState
-    >>> from linattn_core.delta import delta_rule_attention
-    >>> rng = np.random.default_rng(0)
-    >>> q, k, v = rng.standard_normal((3, 10, 4))
-    >>> state = DeltaRuleState(4, 4)
-    >>> ys = np.stack([state.step(q[t], k[t], v[t], 0.5) for t in range(10)])
-    >>> bool(np.allclose(ys, delta_rule_attention(q, k, v, 0.5)))
-    True
-    """
-
-    def __init__(self, d: int, d_v: int, feature_map: Any = "identity", *, normalize_qk: bool = True,
-                 batch_shape: tuple[int, ...] = (), dtype: Any = np.float64, like: Any = None) -> None:
-        self.normalize_qk = ops.check_flag(normalize_qk, "normalize_qk")
-        super().__init__(d, d_v, feature_map, batch_shape, dtype, like)
-        if not self.normalize_qk:
-            require_exact_products(self.phi, "DeltaRuleState", "normalize_qk")
-        self.reset()
-
-    def reset(self) -> None:
-        """Forget every token: ``S = 0``, ``t = 0``."""
-        self.S = ops.zeros(self.batch_shape + (self.d_phi, self.d_v), self._proto)
-        self.t = 0
-
-    def _held(self) -> tuple:
-        return (self.S,)
-
-    def _unit(self, f: Any) -> Any:
-        return _unit_rows(f) if self.normalize_qk else f
-
-    def update(self, k_t: Any, v_t: Any, beta_t: Any) -> None:
-        """Write the correction: ``S <- S + beta_t phi(k_t) (v_t - S^T phi(k_t))^T``.
-
-        k_t: (*batch_shape, d), v_t: (*batch_shape, d_v); beta_t: a number or (*batch_shape,), in [0, 2]
-        """
-        beta = checked_values(beta_t, "beta_t", self._proto, {"(*batch_shape,)": self.batch_shape},
-                              interval="[0, 2]", valid=lambda b: (b >= 0) & (b <= 2))
-        k_t, v_t = self._token(k_t, "k_t", self.d), self._token(v_t, "v_t", self.d_v)
-        f = self._unit(self.phi.keys(k_t[..., None, :], offset=self.t)[..., 0, :])  # (*batch, d_phi)
-        predicted = (f[..., None, :] @ self.S)[..., 0, :]  # S^T phi(k_t): what the memory recalls
-        self.S = self.S + beta[..., None, None] * f[..., :, None] * (v_t - predicted)[..., None, :]
-        self.t += 1
-
-    def query(self, q_t: Any) -> Any:
-        """Read the memory: ``S^T phi(q_t)``. q_t: (*batch_shape, d) -> (*batch_shape, d_v)"""
-        f = self._unit(self._query_features(self._token(q_t, "q_t", self.d)))  # (*batch, d_phi)
-        return self._out((f[..., None, :] @ self.S)[..., 0, :])
-
-    def step(self, q_t: Any, k_t: Any, v_t: Any, beta_t: Any) -> Any:
-        """``update(k_t, v_t, beta_t)`` then ``query(q_t)``: one step of decoding."""
-        self.update(k_t, v_t, beta_t)
         return self.query(q_t)
 
 

@@ -22,8 +22,8 @@ Glossary (code -> the chapters' symbols)
 ``x``            the residual stream after the block's LayerNorm, ``(B, T, C)``
 ``q, k, v``      queries, keys, values, ``(B, H, T, d)``
 ``phi``          the feature map of the kernel layers; ``identity`` for the gated and delta layers
-``S``            the state of a head, ``(d_phi, d)``: :class:`~linattn_core.streaming.DecayedState`,
-                 :class:`~linattn_core.streaming.DeltaRuleState`, :class:`~linattn_core.LinearAttentionState`
+``S``            the state of a head, ``(d_phi, d)``: :class:`~linattn_core.decay.DecayedState`,
+                 :class:`~linattn_core.delta.DeltaRuleState`, :class:`~linattn_core.LinearAttentionState`
 ``z``            the normalizer ``sum_j phi(k_j)``; only the kernel layers (elu+1, relu, performer) have it
 ``g``            the decay or gate ``g_t``; ``log_decay`` gives ``log g_t``, ``(B, H, T)`` or ``(B, H, T, d)``
 ``beta``         DeltaNet's write strength, ``(B, H, T)``
@@ -41,11 +41,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..decay import decayed_linear_attention
-from ..delta import delta_rule_attention
+from ..decay import DecayedState, decayed_linear_attention
+from ..delta import DeltaRuleState, delta_rule_attention
+from ..delta import unit_rows as unit_rows
 from ..feature_maps import get_feature_map
 from ..linear import linear_attention
-from ..streaming import DecayedState, DeltaRuleState, KVCache, LinearAttentionState
+from ..streaming import KVCache, LinearAttentionState
 from .conv import ShortConv
 
 __all__ = ["GLA", "LAYERS", "Attention", "DeltaNet", "DeltaNetAdditive", "LayerState", "LinearTransformer",
@@ -326,7 +327,7 @@ class RetNet(_Decayed):
     the per-head RMSNorm with the swish gate (fla's choice; the paper uses a GroupNorm). Changed: no
     rotary/xPos (the model's learned positions), ``d_v = d`` (fla: ``2d``). Parallel:
     :func:`~linattn_core.decay.decayed_linear_attention` (chunked); step:
-    :class:`~linattn_core.streaming.DecayedState`.
+    :class:`~linattn_core.decay.DecayedState`.
     """
 
     def __init__(self, cfg: Any, layer: int) -> None:
@@ -415,7 +416,7 @@ class GLA(_Decayed):
     rank-16 gate and its normalizer 16, no conv (as in the paper), identity features. Changed:
     ``d_k = d`` (fla: ``expand_k = 0.5``). Parallel: :func:`~linattn_core.decay.decayed_linear_attention`
     with per-channel gates (chunked, in log space, chunks of at most :data:`GLA_CHUNK` tokens); step:
-    :class:`~linattn_core.streaming.DecayedState`.
+    :class:`~linattn_core.decay.DecayedState`.
     """
 
     def __init__(self, cfg: Any, layer: int) -> None:
@@ -430,11 +431,6 @@ class GLA(_Decayed):
         return log_alpha.view(B, T, self.H, self.d).transpose(1, 2)  # (B, H, T, d)
 
 
-def unit_rows(x: torch.Tensor) -> torch.Tensor:
-    """``x / ||x||`` over the last dim, with :func:`~linattn_core.delta.delta_rule_attention`'s clamp."""
-    return x / torch.sqrt(torch.clamp_min((x * x).sum(-1, keepdim=True), 1e-12))
-
-
 class DeltaNet(Attention):
     """DeltaNet: the delta rule (Schlag et al. 2021) as a layer, with Yang et al. (2024)'s recipe.
 
@@ -447,7 +443,7 @@ class DeltaNet(Attention):
     ``d^-1/2``, a constant the RMSNorm that follows removes (up to its eps), so it is left out.
     Without the conv (``conv=0``) q, k and v still pass through SiLU, as in fla. Parallel:
     :func:`~linattn_core.delta.delta_rule_attention` (chunked); step:
-    :class:`~linattn_core.streaming.DeltaRuleState`.
+    :class:`~linattn_core.delta.DeltaRuleState`.
     """
 
     conv_default = 4
@@ -480,7 +476,7 @@ class DeltaNetAdditive(DeltaNet):
     Same conv, SiLU, L2-normalized q and k, ``beta_t``, RMSNorm and ``W_o`` as :class:`DeltaNet`, but
     ``S_t = S_{t-1} + beta_t k_t v_t^T`` (nothing read back, nothing corrected), ``o_t = S_t^T q_t``.
     Parallel: :func:`~linattn_core.decay.decayed_linear_attention` with ``decay=1`` and values
-    ``beta_t v_t``; step: :class:`~linattn_core.streaming.DecayedState`.
+    ``beta_t v_t``; step: :class:`~linattn_core.decay.DecayedState`.
     """
 
     def mix(self, q, k, v, x):

@@ -304,6 +304,43 @@ def test_per_token_values_are_numbers_or_arrays_like_q(value, error, wording):
         delta_rule_attention(*qkv(), value)
 
 
+def test_beta_on_another_device_is_refused_where_it_enters():
+    # a beta on another device used to fail deep inside Tensor.item(); the "meta" device needs no GPU
+    q, k, v = (torch.from_numpy(x) for x in qkv())
+    with pytest.raises(TypeError, match=says("beta is on meta but the inputs are on cpu")):
+        delta_rule_attention(q, k, v, torch.ones(2, 5, dtype=torch.float64, device="meta"))
+    state = DeltaRuleState(4, 3, batch_shape=(2,), like=q)
+    with pytest.raises(TypeError, match=says("beta_t is on meta but the inputs are on cpu")):
+        state.update(k[:, 0], v[:, 0], torch.ones(2, dtype=torch.float64, device="meta"))
+    with pytest.raises(TypeError, match=says("log_decay is on meta but the inputs are on cpu")):
+        decayed_linear_attention(q, k, v, log_decay=torch.zeros(2, 5, dtype=torch.float64, device="meta"))
+
+
+@pytest.mark.parametrize("backend", ["numpy", "torch"])
+def test_integer_or_boolean_betas_and_gates_are_refused(backend):
+    wrap = torch.from_numpy if backend == "torch" else np.asarray
+    q, k, v = (wrap(x) for x in qkv())
+    ones = np.ones((2, 5), dtype=np.int64)
+    with pytest.raises(TypeError, match=r"beta has dtype .*int64: it must be a floating"):
+        delta_rule_attention(q, k, v, wrap(ones))
+    with pytest.raises(TypeError, match=r"decay has dtype .*bool: it must be a floating"):
+        decayed_linear_attention(q, k, v, decay=wrap(ones.astype(bool)))
+
+
+def test_the_step_rules_are_the_top_level_names_and_old_import_paths_still_work():
+    import linattn_core
+    import linattn_core.decay
+    import linattn_core.delta
+    import linattn_core.streaming
+
+    assert linattn_core.delta_rule_attention is linattn_core.delta.delta_rule_attention
+    streaming = linattn_core.streaming
+    assert streaming.DecayedState is linattn_core.DecayedState is linattn_core.decay.DecayedState
+    assert streaming.DeltaRuleState is linattn_core.DeltaRuleState is linattn_core.delta.DeltaRuleState
+    with pytest.raises(AttributeError):
+        linattn_core.streaming.NoSuchState  # noqa: B018
+
+
 # --- streaming states: batch_shape of positive sizes ----------------------------------------------------
 STATES = {LinearAttentionState: (), KVCache: (), DecayedState: (0.5,), DeltaRuleState: (1.0,)}  # step's extra
 states = pytest.mark.parametrize("cls", list(STATES), ids=lambda c: c.__name__)

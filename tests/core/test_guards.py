@@ -13,7 +13,7 @@ import torch
 from _tolerances import assert_close, to_numpy
 
 from linattn_core import KVCache, get_feature_map, kernel_attention, linear_attention, softmax_attention
-from linattn_core.delta import delta_rule_attention
+from linattn_core.delta import delta_rule_attention, unit_rows
 from linattn_core.feature_maps.performer import _MAX_SHIFT
 
 DELTA_METHODS = ("recurrent", "quadratic", "chunked")
@@ -94,6 +94,48 @@ def test_delta_rule_normalizes_a_tiny_row_like_any_other():
     tiny = unit.copy()
     tiny[0, 2] *= 1e-5
     assert_close(delta_rule_attention(q, tiny, v), delta_rule_attention(q, unit, v), what="tiny row")
+
+
+# scales at which the sum of squares of a row underflows (1e-160 in float64, 1e-20 in float32: squares of
+# 1e-40 are 0), or overflows (1e160, 1e20), and subnormal entries (1e-310, 1e-40)
+ROW_SCALES = {"float64": (1e-310, 1e-160, 1e-7, 1.0, 1e160, 1e300),
+              "float32": (1e-40, 1e-20, 1e-7, 1.0, 1e20, 1e30)}
+
+
+@pytest.mark.parametrize("backend", ["numpy", "torch"])
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_unit_rows_are_unit_for_every_nonzero_row_in_either_dtype(dtype, backend):
+    # the squared norm of a row shorter than about 1e-6 (float64 clamp) or longer than 1.8e19 (float32
+    # overflow) used to give a row that was not of unit length; scaled by its largest entry first, every
+    # nonzero row comes out of length 1 and a zero row stays zero
+    base = randn(6, 8, seed=20)
+    rows = np.concatenate([s * base for s in ROW_SCALES[dtype]] + [np.zeros((1, 8))]).astype(dtype)
+    x = torch.from_numpy(rows) if backend == "torch" else rows
+    with np.errstate(all="raise"):  # no step of it overflows or divides 0 by 0
+        y = unit_rows(x)
+    # the reference: each (rounded) row times an exact power of two that brings it near 1, then normalised
+    exact = rows.astype(np.float64)
+    top = np.abs(exact).max(-1, keepdims=True)
+    scaled = np.ldexp(exact, -np.frexp(np.where(top > 0, top, 1.0))[1])
+    expected = scaled / np.linalg.norm(scaled, axis=-1, keepdims=True).clip(1e-300)
+    assert_close(y, expected, dtype=dtype, what=f"unit rows of every length, {dtype}")
+    assert_close(np.linalg.norm(to_numpy(y), axis=-1)[:-1], np.ones(len(rows) - 1), dtype=dtype,
+                 what="every nonzero row has length 1")
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_delta_rule_with_the_stabilised_performer_is_the_unit_row_result(dtype):
+    # the default stabilised Performer gives some key rows of norm < 1e-6 on ordinary inputs: they are
+    # scaled to unit length like any other, so the output equals the unstabilised map's (same rows, up
+    # to a positive constant per row that unit rows remove)
+    q, k, v = (3 * randn(1, 64, 8, seed=s).astype(dtype) for s in (21, 22, 23))
+    kw = {"d": 8, "num_features": 32, "seed": 0}
+    stab, plain = (get_feature_map("performer", stabilize=s, **kw) for s in (True, False))
+    assert (np.linalg.norm(stab.keys(k.astype(np.float64)), axis=-1) < 1e-6).any(), "no short row drawn"
+    y = delta_rule_attention(q, k, v, 0.5, stab, method="recurrent")
+    wide = (x.astype(np.float64) for x in (q, k, v))
+    expected = delta_rule_attention(*wide, 0.5, plain, method="recurrent")
+    assert_close(y, expected.astype(dtype), what="stabilised Performer, unit rows")
 
 
 # --- elu+1 and softplus: no exp of a large positive x, no 1 - 1 rounding --------------------------------

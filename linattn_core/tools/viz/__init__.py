@@ -27,7 +27,10 @@ same picture as a plotly figure whose own sliders and menus work on the static s
   :mod:`linattn_core.tools.timing.cost`),
   :mod:`~linattn_core.tools.viz.beyond` (decay).
 
-Every public name is re-exported here: ``from linattn_core import viz; viz.attention_heatmap(...)``.
+Every public name is re-exported here: ``from linattn_core.tools import viz; viz.attention_heatmap(...)``.
+Imported during the book build (``LINATTN_BOOK_BUILD``), this package makes :func:`use_static_renderer`'s
+renderer plotly's default: every chapter that shows a figure imports it (directly, or through
+:mod:`~linattn_core.tools.widgets` or :mod:`~linattn_core.tools.timing`) before the figure is shown.
 """
 
 from __future__ import annotations
@@ -102,3 +105,6 @@ __all__ = [
     "state_figure",
     "use_static_renderer",
 ]
+
+if is_book_build():  # the book build: every figure through the site-wide plotly.js, no CDN, nothing inlined
+    use_static_renderer()
