@@ -136,9 +136,9 @@ class _BookHtmlRenderer(MimetypeRenderer):
 def use_static_renderer() -> str:
     """Register the book renderer and make it plotly's default; return its name.
 
-    Called by ``import linattn_core.tools.viz`` when ``LINATTN_BOOK_BUILD`` is set. Without it, myst-nb cannot render
-    plotly's default mimetype (the figure silently vanishes), and the other HTML renderers either inline
-    4.9 MB of plotly.js per page or load it from a CDN.
+    Called by ``import linattn_core.tools.viz`` when ``LINATTN_BOOK_BUILD`` is set. Without it, myst-nb
+    cannot render plotly's default mimetype (the figure silently vanishes), and the other HTML renderers
+    either inline 4.9 MB of plotly.js per page or load it from a CDN.
     """
     pio.renderers[BOOK_RENDERER] = _BookHtmlRenderer()
     pio.renderers.default = BOOK_RENDERER
