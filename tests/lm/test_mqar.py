@@ -170,3 +170,25 @@ def test_merge_puts_runs_in_sweep_order():
     assert mixed["git_commit"] is None and mixed["git_commits"] == {"softmax": "abc", "deltanet": "def"}
     with pytest.raises(ValueError, match="sweeps"):
         mqar.merge([part("softmax"), part("deltanet", steps=20)])
+
+
+def test_the_defaults_are_the_chapters_recipe():
+    """A reader who calls train_recall as the chapter shows trains the chapter's task and model."""
+    from linattn_core.lm.mqar import PRESETS, RecallConfig
+
+    default = RecallConfig()
+    for name, value in PRESETS["capacity"].options.items():
+        assert getattr(default, name) == value or name == "lr", name  # the rate is swept, per layer
+
+
+@pytest.mark.parametrize("option, value, match", [
+    ("lr", "1e-3", r"lr must be a number.*float\(rate\)"), ("lr", 0.0, "lr must be > 0"),
+    ("lr", float("nan"), "lr must be a number"), ("weight_decay", -0.1, "weight_decay >= 0"),
+    ("attention", "linear", "attention must be one of"), ("n_head", 3, "divisible by n_head"),
+    ("batch_size", 0, "batch_size must be a positive int"), ("warmup_steps", -1, "warmup_steps"),
+    ("steps", True, "steps must be a positive int")])
+def test_a_bad_option_is_refused_by_name_before_training(option, value, match):
+    from linattn_core.lm.mqar import RecallConfig
+
+    with pytest.raises(ValueError, match=match):
+        RecallConfig(**{option: value})
