@@ -79,3 +79,19 @@ def assert_close(actual, expected, *, dtype=None, what: str = "") -> None:
     assert a.shape == e.shape, f"{what}: shape {a.shape} != expected {e.shape}"
     where = f"{what} [{dtype_name(dtype)}: rtol={rtol}, atol={atol}]"
     np.testing.assert_allclose(a, e, rtol=rtol, atol=atol, equal_nan=False, err_msg=where)
+
+
+def summation_bound(abs_products_sum, n_terms: int, dtype) -> np.ndarray:
+    """The worst-case rounding error of a sum of ``n_terms`` products in ``dtype``, whatever the order.
+
+    ``|fl(sum_j x_j y_j) - sum_j x_j y_j| <= gamma_n sum_j |x_j y_j|`` with ``gamma_n = n u / (1 - n u)``
+    (Higham, *Accuracy and Stability of Numerical Algorithms*, 3.1), for any order of summation and any
+    blocking of the sum: the tolerance of a form whose summation order is its own business (a compiled
+    kernel, threads, a BLAS). ``abs_products_sum`` is ``sum_j |x_j y_j|`` computed in float64.
+    """
+    units = {"float64": 2.0**-53, "float32": 2.0**-24, "float16": 2.0**-11, "bfloat16": 2.0**-8}
+    u = units[dtype_name(dtype)]
+    nu = n_terms * u
+    if nu >= 0.5:
+        raise ValueError(f"{n_terms} terms in {dtype_name(dtype)}: the bound n u / (1 - n u) is meaningless")
+    return nu / (1.0 - nu) * to_numpy(abs_products_sum)

@@ -4,9 +4,9 @@
 where this tier does not apply, and the readable reference forms run instead. Which implementation
 runs is decided in one place, :func:`which`:
 
-- ``"kernel"``: the compiled chunked kernel (:mod:`.kernel`, ``_chunked.c``), for causal chunked
-  attention on CPU float32 torch tensors with ``identity``, ``relu`` or ``elu+1`` (or features
-  computed first, for the other maps), at any length;
+- ``"kernel"``: the compiled kernel (:mod:`.kernel`, ``_chunked.c``), for causal chunked and for
+  non-causal attention on CPU float32 torch tensors with ``identity``, ``relu`` or ``elu+1`` (or
+  features computed first, for the other maps), at any length;
 - ``"torch"``: the same algorithms as torch ops into reused buffers (:mod:`.torch_cpu`), for CPU
   torch tensors with an elementwise feature map (or causal features computed first) from
   ``_FAST_MIN_N`` tokens on;
@@ -58,10 +58,10 @@ def which(q: Any, k: Any, v: Any, phi: FeatureMap, *, causal: bool, method: str)
     torch = ops.torch_module()
     if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
         return None
+    runs = phi if phi.elementwise else Identity()  # other maps: their features are computed first
+    if kernel.supports(q, runs):
+        return "kernel"
     if causal:
-        runs = phi if phi.elementwise else Identity()  # other maps: their features are computed first
-        if kernel.supports(q, runs):
-            return "kernel"
         return "torch" if int(q.shape[-2]) >= _FAST_MIN_N else None
     return "torch" if phi.elementwise and int(k.shape[-2]) >= _FAST_MIN_N else None
 
@@ -79,11 +79,14 @@ def linear_attention(q: Any, k: Any, v: Any, phi: FeatureMap, *, causal: bool, e
     torch = ops.torch_module()
     lead, n_q, d_v = tuple(q.shape[:-2]), int(q.shape[-2]), int(v.shape[-1])
     with torch.no_grad():
-        if causal and not phi.elementwise:
-            q, k = phi.pair(q, k, causal=True)  # (..., N, d_phi): Performer, cosFormer
+        if not phi.elementwise:
+            q, k = phi.pair(q, k, causal=causal)  # (..., N, d_phi): Performer, cosFormer
             phi = Identity()
         Q, K, V = (x.reshape((-1, *x.shape[-2:])).contiguous() for x in (q, k, v))  # (B, N, .)
-        if not causal:
+        if not causal and form == "kernel":  # the state of all keys, then every query reads it
+            out, den = pages.empty((*Q.shape[:2], d_v), Q), Q.new_empty(tuple(Q.shape[:2]))
+            kernel.noncausal(Q, K, V, phi, eps, out, den)
+        elif not causal:
             out, den = torch_cpu.noncausal(Q, K, V, phi, eps)
         elif form == "kernel":
             out, den = pages.empty((*Q.shape[:2], d_v), Q), Q.new_empty(tuple(Q.shape[:2]))

@@ -34,6 +34,7 @@ typedef struct {
     long nb, n, d, dv, C;
     int phi;
     float eps;
+    long nq;  /* the non-causal form's queries per sequence (q: (nb, nq, d), out, den); n counts the keys */
 } Problem;
 
 /* The backward pass of a call: dout (nb, n, dv) in; dq, dk (nb, n, d) and dv (nb, n, dv) out. */
@@ -80,6 +81,9 @@ typedef struct {
     long (*work_floats)(const Problem *p);
     void (*work_prepare)(const Problem *p, float *mem);
     void (*run)(const Problem *p, float *mem, int pass, long b, long t0, long t1, float *state);
+    /* the non-causal form (_chunked_body.h), with the forward's buffers: pass 1 keys [t0, t1) into the
+     * state, pass 2 queries [t0, t1) from it, pass 3 the whole sequence b */
+    void (*noncausal_run)(const Problem *p, float *mem, int pass, long b, long t0, long t1, float *state);
     /* the backward pass (_chunked_back.h): floats of a member's buffers; the gradients of sequence b */
     long (*back_floats)(const Problem *p);
     void (*back_prepare)(const Problem *p, float *mem);
@@ -283,6 +287,103 @@ static void forward(const Problem *p, const Kernel *kern, const Plan *pl, float 
     run_team(pl->threads, p->nb * pl->P, forward_start, forward_item, &f);
 }
 
+/* --- the non-causal form ----------------------------------------------------------------------- */
+
+/* Tokens per chunk of the non-causal form: the rows its features are computed for at a time. */
+#define NONCAUSAL_C 64
+
+/* How a non-causal call is split. With at least as many sequences as threads, one pass whose items are
+ * whole sequences (the state of all keys, then every query). With fewer, two passes: Pk segments of
+ * keys per sequence add to states of their own (summed per sequence in between), then Pq segments of
+ * queries read the sum. Either way the members claim the items one at a time, so a member the machine
+ * holds back leaves its share to the others. */
+typedef struct {
+    long Pk, Pq, seg_k, seg_q;
+    int threads;
+    long state_floats, work_floats;
+} NcPlan;
+
+static long segments(long n, long C, long want, long *seg)
+{
+    long chunks = (n + C - 1) / C, P = want < chunks ? want : chunks;
+    if (P < 1) P = 1;
+    *seg = (chunks + P - 1) / P * C;
+    return (n + *seg - 1) / *seg;
+}
+
+static NcPlan nc_plan(const Problem *p, const Kernel *kern, int threads)
+{
+    NcPlan pl = {.Pk = 1, .Pq = 1, .seg_k = p->n, .seg_q = p->nq};
+    if (threads > MAX_THREADS) threads = MAX_THREADS;
+    if (p->nb < threads) {
+        long want = (2 * threads + p->nb - 1) / p->nb;  /* two items per member: room to even out */
+        pl.Pk = segments(p->n, p->C, want, &pl.seg_k);
+        pl.Pq = segments(p->nq, p->C, want, &pl.seg_q);
+    }
+    long items = p->nb * (pl.Pq > pl.Pk ? pl.Pq : pl.Pk);
+    pl.threads = threads < items ? threads : (int)items;
+    pl.state_floats = kern->state_floats(p);
+    pl.work_floats = kern->work_floats(p);
+    return pl;
+}
+
+static long nc_workspace_floats(const NcPlan *pl, const Problem *p)
+{
+    return p->nb * pl->Pk * pl->state_floats + pl->threads * pl->work_floats;
+}
+
+typedef struct {
+    const Problem *p;
+    const Kernel *kern;
+    const NcPlan *pl;
+    int pass;       /* 1: key segments; 2: query segments; 3: whole sequences */
+    float *states;  /* (nb * Pk, state_floats) */
+    float *work;    /* (threads, work_floats) */
+} NonCausal;
+
+static void nc_start(void *ctx, int member)
+{
+    NonCausal *f = ctx;
+    f->kern->work_prepare(f->p, f->work + member * f->pl->work_floats);
+}
+
+static void nc_item(void *ctx, int member, long i)
+{
+    NonCausal *f = ctx;
+    const NcPlan *pl = f->pl;
+    float *mem = f->work + member * pl->work_floats;
+    if (f->pass == 3) {
+        f->kern->noncausal_run(f->p, mem, 3, i, 0, 0, f->states + i * pl->state_floats);
+        return;
+    }
+    long P = f->pass == 1 ? pl->Pk : pl->Pq, seg = f->pass == 1 ? pl->seg_k : pl->seg_q;
+    long n = f->pass == 1 ? f->p->n : f->p->nq, b = i / P, s = i % P;
+    long t0 = s * seg, t1 = t0 + seg < n ? t0 + seg : n;
+    float *state = f->states + (b * pl->Pk + (f->pass == 1 ? s : 0)) * pl->state_floats;
+    f->kern->noncausal_run(f->p, mem, f->pass, b, t0, t1, state);
+}
+
+static void noncausal(const Problem *p, const Kernel *kern, const NcPlan *pl, float *workspace)
+{
+    NonCausal f = {.p = p, .kern = kern, .pl = pl, .states = workspace};
+    f.work = workspace + p->nb * pl->Pk * pl->state_floats;
+    memset(f.states, 0, (size_t)(p->nb * pl->Pk * pl->state_floats) * sizeof(float));
+    if (pl->Pk == 1 && pl->Pq == 1) {
+        f.pass = 3;
+        run_team(pl->threads, p->nb, nc_start, nc_item, &f);
+        return;
+    }
+    f.pass = 1;
+    run_team(pl->threads, p->nb * pl->Pk, nc_start, nc_item, &f);
+    for (long b = 0; b < p->nb; b++) /* slot 0 of each sequence <- the sum of its segments' states */
+        for (long s = 1; s < pl->Pk; s++) {
+            float *sum = f.states + b * pl->Pk * pl->state_floats, *part = sum + s * pl->state_floats;
+            for (long j = 0; j < pl->state_floats; j++) sum[j] += part[j];
+        }
+    f.pass = 2;
+    run_team(pl->threads, p->nb * pl->Pq, nc_start, nc_item, &f);
+}
+
 /* --- the backward pass -------------------------------------------------------------------------- */
 
 /* The backward, as the team's job: one item per sequence. */
@@ -468,6 +569,59 @@ static PyObject *py_backward(PyObject *self, PyObject *args)
     Py_RETURN_NONE;
 }
 
+/* The sizes of a non-causal call as a Problem (C = NONCAUSAL_C, at most the keys), its kernel, its plan. */
+static const Kernel *nc_problem(Problem *p, NcPlan *pl, Py_ssize_t nb, Py_ssize_t nq, Py_ssize_t nk, Py_ssize_t d,
+                                Py_ssize_t dv, int threads, const char *isa)
+{
+    if (nq < 1) {
+        PyErr_Format(PyExc_ValueError, "_chunked: bad sizes nq=%zd", nq);
+        return NULL;
+    }
+    const Kernel *kern = problem_kernel(nb, nk, d, dv, NONCAUSAL_C, threads, isa);
+    if (!kern) return NULL;
+    p->nb = nb, p->n = nk, p->nq = nq, p->d = d, p->dv = dv, p->C = NONCAUSAL_C;
+    *pl = nc_plan(p, kern, threads);
+    return kern;
+}
+
+static PyObject *py_noncausal_workspace(PyObject *self, PyObject *args)
+{
+    (void)self;
+    Py_ssize_t nb, nq, nk, d, dv;
+    int threads;
+    const char *isa = NULL;
+    if (!PyArg_ParseTuple(args, "nnnnniz", &nb, &nq, &nk, &d, &dv, &threads, &isa)) return NULL;
+    Problem p = {0};
+    NcPlan pl;
+    if (!nc_problem(&p, &pl, nb, nq, nk, d, dv, threads, isa)) return NULL;
+    return PyLong_FromLong(nc_workspace_floats(&pl, &p));
+}
+
+static PyObject *py_noncausal(PyObject *self, PyObject *args)
+{
+    (void)self;
+    unsigned long long q, k, v, out, den, ws;
+    Py_ssize_t nb, nq, nk, d, dv, ws_floats;
+    int phi, threads;
+    float eps;
+    const char *isa = NULL;
+    if (!PyArg_ParseTuple(args, "KKKKKnnnnnifizKn", &q, &k, &v, &out, &den, &nb, &nq, &nk, &d, &dv, &phi, &eps,
+                          &threads, &isa, &ws, &ws_floats))
+        return NULL;
+    Problem p = {0};
+    NcPlan pl;
+    const Kernel *kern = nc_problem(&p, &pl, nb, nq, nk, d, dv, threads, isa);
+    if (!kern) return NULL;
+    if (!good_phi_eps(phi, eps)) return NULL;
+    p.q = (const float *)(uintptr_t)q, p.k = (const float *)(uintptr_t)k, p.v = (const float *)(uintptr_t)v;
+    p.out = (float *)(uintptr_t)out, p.den = (float *)(uintptr_t)den, p.phi = phi, p.eps = eps;
+    if (!workspace_holds(ws_floats, nc_workspace_floats(&pl, &p))) return NULL;
+    Py_BEGIN_ALLOW_THREADS
+    noncausal(&p, kern, &pl, (float *)(uintptr_t)ws);
+    Py_END_ALLOW_THREADS
+    Py_RETURN_NONE;
+}
+
 /* The sizes of a delta call, and the floats its team needs (team * per member); NULL on failure. */
 static const Kernel *delta_problem(DeltaProblem *p, Py_ssize_t nb, Py_ssize_t n, Py_ssize_t d, Py_ssize_t dv,
                                    Py_ssize_t C, int threads, const char *isa, int backward, long *floats)
@@ -562,6 +716,12 @@ static PyMethodDef methods[] = {
      "backward(q, k, v, dout, dq, dk, dv, nb, n, d, dv, C, phi, eps, normalize, threads, isa, workspace,\n"
      "workspace_floats): addresses of contiguous float32 buffers; writes the gradients dq, dk, dv of causal\n"
      "linear attention. Call it through linattn_core.fast.kernel, which checks the tensors."},
+    {"noncausal_workspace", py_noncausal_workspace, METH_VARARGS,
+     "noncausal_workspace(nb, nq, nk, d, dv, threads, isa) -> the float32 workspace noncausal needs, in floats."},
+    {"noncausal", py_noncausal, METH_VARARGS,
+     "noncausal(q, k, v, out, den, nb, nq, nk, d, dv, phi, eps, threads, isa, workspace, workspace_floats):\n"
+     "non-causal linear attention, q: (nb, nq, d), k: (nb, nk, d), v: (nb, nk, dv); writes out and den. Call it\n"
+     "through linattn_core.fast.kernel, which checks the tensors behind the addresses."},
     {"delta_workspace", py_delta_workspace, METH_VARARGS,
      "delta_workspace(nb, n, d, dv, C, threads, isa, backward=False) -> the float32 workspace the delta\n"
      "rule's forward (or backward) needs, in floats."},

@@ -313,6 +313,7 @@ static const Kernel FN(kernel) = {
     .work_floats = FN(work_floats),
     .work_prepare = FN(work_prepare),
     .run = FN(run_item),
+    .noncausal_run = FN(noncausal_item),
     .back_floats = FN(back_floats),
     .back_prepare = FN(back_prepare),
     .back_run = FN(back_sequence),

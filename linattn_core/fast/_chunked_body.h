@@ -376,6 +376,165 @@ static void FN(run_item)(const Problem *p, float *mem, int pass, long b, long t0
     }
 }
 
+/* --- the non-causal form: the state of all keys, then every query reads it ----------------------
+ *
+ *   pass 1:  S += phi(K_c)^T V_c,  z += colsum phi(K_c)     a chunk of keys at a time
+ *   pass 2:  out = phi(Q_c) S / max(phi(Q_c) z, eps)         a chunk of queries at a time
+ *
+ * Two products and nothing else: no scores, no mask, and phi(K) kept as rows (no transposed copy, which
+ * costs the causal form a scalar store per number). The normaliser rides along: z is summed from the
+ * feature vectors while they are still in registers, and phi(q_i) . z is taken as the features of q_i
+ * are computed, so neither costs a pass over the inputs or a copy of them. */
+
+/* acc[r][j] += a[k * ka + r] * b[k * ldb + j * VL] for k < K: fma_tile with the 4 rows of `a` adjacent
+ * and its k strided, so that S's rows come from phi(K_c) stored as rows (a = Fk + i0, ka = d). */
+INLINE void FN(fma_tile_kt)(vf acc[4][NV_MAX], const int nv, long K, const float *a, long ka,
+                            const float *b, long ldb)
+{
+    for (long k = 0; k < K; k++) {
+        vf bv[NV_MAX];
+#pragma GCC unroll 8
+        for (int j = 0; j < nv; j++) bv[j] = FN(load)(b + k * ldb + j * VL);
+#pragma GCC unroll 4
+        for (int r = 0; r < 4; r++) {
+            vf ar = FN(splat)(a[k * ka + r]);
+#pragma GCC unroll 8
+            for (int j = 0; j < nv; j++) acc[r][j] += ar * bv[j];
+        }
+    }
+}
+
+/* The sum of a vector's lanes as a tree (log2 VL shuffles and adds, not VL dependent adds). */
+INLINE float FN(hsum_tree)(vf x)
+{
+    vi idx;
+    for (int i = 0; i < VL; i++) idx[i] = i;
+#pragma GCC unroll 8
+    for (int h = VL / 2; h >= 1; h /= 2) x += __builtin_shuffle(x, (idx + h) & (VL - 1));
+    return x[0];
+}
+
+/* Fk = phi(K_c) as L rows of d (in the buffer Fq, which the read fills only after the keys), z +=
+ * colsum Fk. Rows L..(L rounded up to 4) are not read: the state's products stop at t = L. */
+static void FN(key_rows)(Work *w, const float *K, long L, float *z)
+{
+    long d = w->d;
+    for (long t = 0; t < L; t++)
+        for (long kk = 0; kk < d; kk += VL) {
+            vf f = FN(phi_at)(K + t * d, kk, d, w->phi);
+            long m = d - kk < VL ? d - kk : VL;  /* only the lanes below d: phi(0) may not be 0 */
+            memcpy(w->Fq + t * d + kk, &f, (size_t)m * sizeof(float));
+            if (m == VL) FN(store)(z + kk, FN(load)(z + kk) + f);
+            else for (long l = 0; l < m; l++) z[kk + l] += f[l];
+        }
+}
+
+/* S rows i0..i0+3, columns j0..: S += Fk^T V_c. */
+INLINE void FN(key_tile)(Work *w, const int nv, long i0, long j0, long L, float *S, const float *Vc, long ldv)
+{
+    vf acc[4][NV_MAX];
+    for (int r = 0; r < 4; r++)
+        for (int j = 0; j < nv; j++) acc[r][j] = FN(load)(S + (i0 + r) * w->dvp + j0 + j * VL);
+    FN(fma_tile_kt)(acc, nv, L, w->Fq + i0, w->d, Vc + j0, ldv);
+    for (int r = 0; r < 4; r++)
+        for (int j = 0; j < nv; j++) FN(store)(S + (i0 + r) * w->dvp + j0 + j * VL, acc[r][j]);
+}
+
+/* Keys [0, n) of one sequence into the state: K: (n, d), V: (n, d_v) rows. The last row tile of S may
+ * reach past d (to dp): it reads Fk's next numbers, and its rows of S are never read. */
+static void FN(keys)(Work *w, const float *K, const float *V, long n, float *S, float *z)
+{
+    long nvec = w->dvp / VL;
+    for (long c0 = 0; c0 < n; c0 += w->C) {
+        long L = n - c0 < w->C ? n - c0 : w->C, ldv;
+        FN(key_rows)(w, K + c0 * w->d, L, z);
+        const float *Vc = FN(values)(w, V + c0 * w->dv, L, &ldv);
+        for (long i0 = 0; i0 < w->d; i0 += 4)
+            for (long p = 0; p < nvec; p += NV_MAX) {
+                int nv = (int)(nvec - p < NV_MAX ? nvec - p : NV_MAX);
+#define CALL(nn) FN(key_tile)(w, nn, i0, p * VL, L, S, Vc, ldv)
+                NV_SWITCH(nv, CALL)
+#undef CALL
+            }
+    }
+}
+
+/* Fq = phi(Q_c), L rows of d, with den = Fq z and 1 / max(den, eps) taken from the same registers. */
+static void FN(query_rows)(Work *w, const float *Q, long L, const float *z, float *den)
+{
+    long d = w->d;
+    for (long t = 0; t < L; t++) {
+        vf s = FN(splat)(0.0f);
+        for (long kk = 0; kk < d; kk += VL) {
+            vf f = FN(phi_at)(Q + t * d, kk, d, w->phi);
+            long m = d - kk < VL ? d - kk : VL;
+            memcpy(w->Fq + t * d + kk, &f, (size_t)m * sizeof(float));
+            vf zv = FN(splat)(0.0f);
+            memcpy(&zv, z + kk, (size_t)m * sizeof(float));  /* zero past d: the padded lanes drop out */
+            s += f * zv;
+        }
+        float dn = FN(hsum_tree)(s);
+        den[t] = dn;
+        w->rden[t] = 1.0f / (dn > w->eps ? dn : w->eps);
+    }
+    long rows = (L + 3) / 4 * 4;
+    if (L < rows) memset(w->Fq + L * d, 0, (size_t)((rows - L) * d) * sizeof(float));
+}
+
+/* out rows i0..i0+3, columns j0..: Fq S / max(den, eps), written to the output. */
+INLINE void FN(read_tile)(Work *w, const int nv, long i0, long j0, long L, const float *S, float *out)
+{
+    vf acc[4][NV_MAX];
+    FN(zero_tile)(acc, nv);
+    FN(fma_tile)(acc, nv, w->d, w->Fq + i0 * w->d, w->d, S + j0, w->dvp);
+    for (int r = 0; r < 4 && i0 + r < L; r++) {
+        vf scale = FN(splat)(w->rden[i0 + r]);
+        float *row = out + (i0 + r) * w->dv;
+        for (int j = 0; j < nv; j++) {
+            long col = j0 + j * VL;
+            vf y = acc[r][j] * scale;
+            if (col + VL <= w->dv) FN(store)(row + col, y);
+            else if (col < w->dv) memcpy(row + col, &y, (size_t)(w->dv - col) * sizeof(float));
+        }
+    }
+}
+
+/* Queries [0, n) of one sequence read the state (S, z): Q: (n, d) rows, out: (n, d_v), den: (n). */
+static void FN(queries)(Work *w, const float *Q, long n, const float *S, const float *z, float *out, float *den)
+{
+    long nvec = w->dvp / VL;
+    for (long c0 = 0; c0 < n; c0 += w->C) {
+        long L = n - c0 < w->C ? n - c0 : w->C;
+        FN(query_rows)(w, Q + c0 * w->d, L, z, den + c0);
+        for (long i0 = 0; i0 < L; i0 += 4)
+            for (long p = 0; p < nvec; p += NV_MAX) {
+                int nv = (int)(nvec - p < NV_MAX ? nvec - p : NV_MAX);
+#define CALL(nn) FN(read_tile)(w, nn, i0, p * VL, L, S, out + c0 * w->dv)
+                NV_SWITCH(nv, CALL)
+#undef CALL
+            }
+    }
+}
+
+/* One non-causal work item of sequence b. Pass 1: keys [t0, t1) added to the state; pass 2: queries
+ * [t0, t1) read the whole state; pass 3: both, all keys then all queries (a whole sequence). */
+static void FN(noncausal_item)(const Problem *p, float *mem, int pass, long b, long t0, long t1, float *state)
+{
+    Work work, *w = &work;
+    FN(work_views)(w, p, mem);
+    float *S = state, *z = state + w->dp * w->dvp;
+    if (pass != 2) {
+        long k0 = pass == 1 ? t0 : 0, k1 = pass == 1 ? t1 : p->n;
+        const float *K = p->k + (b * p->n + k0) * p->d, *V = p->v + (b * p->n + k0) * p->dv;
+        FN(keys)(w, K, V, k1 - k0, S, z);
+    }
+    if (pass != 1) {
+        long q0 = pass == 2 ? t0 : 0, q1 = pass == 2 ? t1 : p->nq;
+        const float *Q = p->q + (b * p->nq + q0) * p->d;
+        FN(queries)(w, Q, q1 - q0, S, z, p->out + (b * p->nq + q0) * p->dv, p->den + b * p->nq + q0);
+    }
+}
+
 /* The Kernel table of this instruction set is at the end of _chunked_back.h. */
 
 #undef vf

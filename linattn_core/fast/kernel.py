@@ -45,7 +45,7 @@ except ImportError:  # not built here (no compiler when installed): the torch fo
     _chunked = None
 
 __all__ = ["available", "chunked", "chunked_backward", "default_isa", "delta_rule", "delta_rule_backward",
-           "isas", "source", "supports", "supports_delta", "switched_off"]
+           "isas", "noncausal", "source", "supports", "supports_delta", "switched_off"]
 
 _SOURCES = ("_chunked.c", "_chunked_body.h", "_chunked_back.h", "_delta.h")  # the C files, shipped
 
@@ -128,10 +128,11 @@ def _chunks(n: int, C: int) -> int:
 
 
 def _checked(tensors: dict[str, Any], phi: FeatureMap | None, C: int, eps: float | None, threads: int | None,
-             isa: str | None) -> tuple:
+             isa: str | None, *, n_k: int | None = None) -> tuple:
     """Checks what the entry points take (the compiled code trusts it): -> code, (nb, n, d, d_v),
     C, eps, threads, isa. ``tensors`` holds Q, K, V first, then tensors shaped like Q, V, the
-    denominators or the state; the delta rule has no feature map and no eps (``phi``, ``eps`` None)."""
+    denominators or the state; the delta rule has no feature map and no eps (``phi``, ``eps`` None).
+    ``n_k``: K and V have that many tokens instead of Q's (the non-causal form)."""
     torch = ops.torch_module()
     if _chunked is None:
         raise RuntimeError("linattn_core.fast._chunked was not built: reinstall with a C compiler (gcc)")
@@ -151,16 +152,17 @@ def _checked(tensors: dict[str, Any], phi: FeatureMap | None, C: int, eps: float
     nb, n, d = (int(s) for s in Q.shape)
     d_v = int(V.shape[-1])
     C = ops.check_positive_int(C, "chunk_size")
-    like = {"K": (nb, n, d), "V": (nb, n, d_v), "out": (nb, n, d_v), "den": (nb, n), "dout": (nb, n, d_v),
-            "dQ": (nb, n, d), "dK": (nb, n, d), "dV": (nb, n, d_v), "beta": (nb, n), "dy": (nb, n, d_v),
-            "dS": (nb, d, d_v)}
+    n_kv = n if n_k is None else n_k
+    like = {"K": (nb, n_kv, d), "V": (nb, n_kv, d_v), "out": (nb, n, d_v), "den": (nb, n),
+            "dout": (nb, n, d_v), "dQ": (nb, n, d), "dK": (nb, n, d), "dV": (nb, n, d_v), "beta": (nb, n),
+            "dy": (nb, n, d_v), "dS": (nb, d, d_v)}
     if "kept" in tensors:  # the states before each chunk, as delta_rule kept them
         like["kept"] = (nb, _chunks(n, C), d, d_v)
     for name, t in tensors.items():
         if name != "Q" and tuple(t.shape) != like[name]:
             raise ValueError(f"{name} must have shape {like[name]} for Q of shape {ops.shape_str(Q)} and V"
                              f" of shape {ops.shape_str(V)}, got {ops.shape_str(t)}")
-    if min(nb, n, d, d_v) < 1:
+    if min(nb, n, n_kv, d, d_v) < 1:
         raise ValueError(f"empty input: Q {ops.shape_str(Q)}, V {ops.shape_str(V)}")
     eps = None if eps is None else ops.check_eps(eps)
     threads = ops.check_positive_int(torch.get_num_threads() if threads is None else threads, "threads")
@@ -186,6 +188,23 @@ def chunked(Q: Any, K: Any, V: Any, phi: FeatureMap, eps: float, C: int, out: An
     ws = Q.new_empty((floats,))
     _chunked.forward(Q.data_ptr(), K.data_ptr(), V.data_ptr(), out.data_ptr(), den.data_ptr(),
                      nb, n, d, d_v, C, code, eps, threads, isa, ws.data_ptr(), floats)
+
+
+def noncausal(Q: Any, K: Any, V: Any, phi: FeatureMap, eps: float, out: Any, den: Any, *,
+              threads: int | None = None, isa: str | None = None) -> None:
+    """Non-causal linear attention into ``out`` and ``den`` (the unclamped denominators): the state
+    ``S = phi(K)^T V``, ``z = colsum phi(K)`` of each sequence, then ``out = phi(Q) S / max(phi(Q) z, eps)``.
+
+    Q: (B, N_q, d), K: (B, N_k, d), V: (B, N_k, d_v), out: (B, N_q, d_v), den: (B, N_q); contiguous CPU
+    float32 tensors. ``threads`` and ``isa`` as for :func:`chunked`; checked here.
+    """
+    tensors = {"Q": Q, "K": K, "V": V, "out": out, "den": den}
+    n_k = int(K.shape[1]) if ops.is_torch(K) and K.ndim == 3 else None  # else _checked says what is wrong
+    code, (nb, n, d, d_v), _, eps, threads, isa = _checked(tensors, phi, 1, eps, threads, isa, n_k=n_k)
+    floats = _chunked.noncausal_workspace(nb, n, n_k, d, d_v, threads, isa)
+    ws = Q.new_empty((floats,))
+    _chunked.noncausal(Q.data_ptr(), K.data_ptr(), V.data_ptr(), out.data_ptr(), den.data_ptr(),
+                       nb, n, n_k, d, d_v, code, eps, threads, isa, ws.data_ptr(), floats)
 
 
 def chunked_backward(Q: Any, K: Any, V: Any, dout: Any, phi: FeatureMap, eps: float, C: int,

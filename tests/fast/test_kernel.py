@@ -286,7 +286,7 @@ def test_precomputed_features_go_through_the_kernel_as_identity(monkeypatch):
 @needs_kernel
 @pytest.mark.parametrize(
     "why",
-    ["float64", "softplus", "env off", "switched off", "recurrent", "noncausal"],
+    ["float64", "softplus", "env off", "switched off", "recurrent"],
 )
 def test_linear_attention_keeps_the_torch_forms_otherwise(monkeypatch, why):
     calls = spy_on(monkeypatch)
