@@ -10,8 +10,8 @@ and each keeps its fastest call; the median is printed too (the bench reports me
 is measured before and after, to show the drift. The fractions use the bench's chunked FLOP count and
 the better of the two rates (the stricter reading).
 
-A revision that has the compiled kernel (``linattn_core/fast/_chunked.c``, or ``linattn_core/_chunked.c``
-in older ones) gets it built in its temporary copy, and each version says whether it runs the kernel or
+A revision that has the compiled kernel (``linattn_core/fast/_chunked.c``; in older ones ``_chunked.c`` at
+the package's top) gets it built in its temporary copy, and each version says whether it runs the kernel or
 the torch ops (``LINATTN_NATIVE=0`` makes both run the torch ops).
 """
 
@@ -60,11 +60,15 @@ def checkout(rev: str, into: Path) -> Path:
 
 
 def runs(module) -> str:
-    """What runs the causal chunked form in this version of linattn_core."""
-    try:  # every version with the kernel has linattn_core.fast.kernel; linear.py need not import it
-        native = importlib.import_module(f"{module.__name__}.native")
-    except ImportError:
-        native = None
+    """What runs the causal chunked form in this version of linattn_core: the compiled kernel's module is
+    ``fast.kernel`` (``native`` in revisions before the tiers), or there is none."""
+    native = None
+    for name in ("fast.kernel", "native"):
+        try:
+            native = importlib.import_module(f"{module.__name__}.{name}")
+            break
+        except ImportError:
+            continue
     if native is None or not native.available():
         return "torch ops"
     default_isa = getattr(native, "default_isa", lambda: native.isas()[0])  # older revisions lack it

@@ -1,4 +1,4 @@
-"""Build-time fixes for two defects the browser tests (tests/browser/) found in the generated pages.
+"""Build-time fixes for two defects the browser tests (tests/book/browser/) found in the generated pages.
 
 - Sphinx 7.4 stores an inline script once with filename ``None`` and once with ``''``, so the page
   declares sphinx-thebe's ``const THEBE_JS_URL`` twice: a console error on every page. Keep the first.

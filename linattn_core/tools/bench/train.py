@@ -21,9 +21,8 @@ from typing import Any
 from .. import timing as T
 from .targets import Target, find, ratio_target
 
-__all__ = ["TRAIN_METHODS", "check_train", "train_methods", "train_sweep", "train_targets"]
+__all__ = ["check_train", "train_methods", "train_sweep", "train_targets"]
 
-TRAIN_METHODS = ("sdpa_train", "chunked_train", "chunked_train_autograd")
 _FORWARD = {"sdpa_train": "sdpa", "chunked_train": "chunked", "chunked_train_autograd": "chunked"}
 _POWER = {"sdpa_train": 2, "chunked_train": 1, "chunked_train_autograd": 1}  # time ~ N ** power
 #: Largest |gradient - autograd through the reference| accepted in float64: the contract's 1e-10.

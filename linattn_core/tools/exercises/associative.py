@@ -217,7 +217,7 @@ def _solution_crossover_length(d_phi, d_v):
 
 
 def _ref_crossover_length(d_phi, d_v):
-    # the cost model's leading terms; tests/test_exercises.py holds this to timing.flop_crossover
+    # the cost model's leading terms; tests/tools/test_exercises.py holds this to timing.flop_crossover
     return 2.0 * d_phi * d_v / (d_phi + d_v)
 
 

@@ -116,7 +116,7 @@ def _solution_performer_features(x, projection):
 
 
 def ref_performer_features(x, projection):
-    """The formula itself; tests/test_exercises.py checks it against the library's Performer."""
+    """The formula itself; tests/tools/test_exercises.py checks it against the library's Performer."""
     m, d = projection.shape
     xs = x * d ** -0.25
     return np.exp(xs @ projection.T - 0.5 * np.sum(xs * xs, axis=-1, keepdims=True)) / np.sqrt(m)
