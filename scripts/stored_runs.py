@@ -63,17 +63,17 @@ def _epoch_job(name: str, lr: str, seed: int) -> tuple[list[str], Path]:
 
 
 def _epoch_stage(names: tuple[str, ...]) -> list[tuple[list[str], Path]]:
-    """The one-epoch jobs of ``names`` that can be listed now: their sweeps, their seeds at the chosen
-    rates, then what their contrasts need (the second side at the first's rate, seeds 1 and 2 (seed 0
+    """The one-epoch jobs of ``names`` that can be listed now: layer by layer its sweep or its seeds at the
+    chosen rate, then what their contrasts need (the second side at the first's rate, seeds 1 and 2 (seed 0
     is in the sweep), and two more seeds of both sides of a close contrast)."""
-    sweeps, seeds, extra, chosen = [], [], [], {}
-    for name in names:
+    layers, extra, chosen = [], [], {}
+    for name in names:  # a layer's sweep, then its seeds, so that whole layers land first
         try:
             chosen[name] = stored.epoch_chosen_lr(name)
         except stored.SweepIncomplete as incomplete:
-            sweeps += [_epoch_job(name, lr, 0) for lr in incomplete.rates]
-    for name, lr in chosen.items():
-        seeds += [_epoch_job(name, lr, seed) for seed in stored.EPOCH_SEEDS if seed]
+            layers += [_epoch_job(name, lr, 0) for lr in incomplete.rates]
+            continue
+        layers += [_epoch_job(name, chosen[name], seed) for seed in stored.EPOCH_SEEDS if seed]
     for _, a, b in stored.EPOCH_CONTRASTS:
         if a not in chosen or b not in chosen:
             continue
@@ -85,7 +85,7 @@ def _epoch_stage(names: tuple[str, ...]) -> list[tuple[list[str], Path]]:
                            for s in stored.EPOCH_SEEDS])
             if abs(gap) < stored.EPOCH_CLOSE:
                 extra += [_epoch_job(n, chosen[n], s) for s in stored.EPOCH_MORE_SEEDS for n in (a, b)]
-    return sweeps + seeds + extra
+    return layers + extra
 
 
 def lm_epoch() -> list[tuple[list[str], Path]]:
@@ -172,9 +172,26 @@ def run(job: tuple[list[str], Path]) -> tuple[Path, int, float]:
     return out, code, time.perf_counter() - start
 
 
+def _in_flight() -> set[str]:
+    """The output files named by training processes running now (another runner's, say), read from
+    /proc: a job is not started twice. Empty where /proc is not there."""
+    found = set()
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            args = cmdline.read_bytes().split(b"\0")
+        except OSError:
+            continue
+        for flag in (b"--out", b"--json"):
+            if flag in args[:-1]:
+                found.add(args[args.index(flag) + 1].decode(errors="replace"))
+    return found
+
+
 def ready(plans: list[str], kinds: list[str] | None) -> list[tuple[list[str], Path]]:
-    """The jobs of ``plans`` that can start now and are not stored, in the order to run them. A plan
-    whose runs wait on a sweep (its rates read from stored files) lists them once the sweep is stored."""
+    """The jobs of ``plans`` that can start now, are not stored and are not running elsewhere, in the
+    order to run them. A plan whose runs wait on a sweep (its rates read from stored files) lists them
+    once the sweep is stored."""
+    busy = _in_flight()
     jobs = []
     for plan in plans:
         try:
@@ -183,7 +200,8 @@ def ready(plans: list[str], kinds: list[str] | None) -> list[tuple[list[str], Pa
             continue
         if plan not in ORDERED:
             listed.sort(key=lambda j: -_cost(j[0]))
-        jobs += [j for j in listed if not j[1].exists() and (not kinds or _kind(j[0]) in kinds)]
+        jobs += [j for j in listed if not j[1].exists() and (not kinds or _kind(j[0]) in kinds)
+                 and str(j[1].relative_to(ROOT)) not in busy]
     return jobs
 
 

@@ -40,8 +40,8 @@ RECALL_SWEEP_WIDTH = 48  # the recall sweep tries the rates at the middle width,
 # seeds at the chosen rate. The layers the conclusions rest on come first.
 EPOCH_LRS = ("1e-3", "3e-3", "1e-2", "3e-2")
 EPOCH_BEYOND = {"1e-3": "3e-4", "3e-2": "1e-1"}  # the next rate past an edge of the sweep
-EPOCH_CORE = ("softmax", "elu+1", "retnet", "simple_gla_const", "simple_gla", "gla", "deltanet",
-              "softmax-conv4")
+EPOCH_CORE = ("softmax", "elu+1", "retnet", "simple_gla_const", "simple_gla", "softmax-conv4", "deltanet",
+              "gla")
 EPOCH_OTHERS = ("relu", "performer", "retnet_no_decay", "deltanet_additive")
 EPOCH_SEEDS = (0, 1, 2)
 EPOCH_MORE_SEEDS = (3, 4)  # both sides of a contrast whose three-seed mean difference is under EPOCH_CLOSE
