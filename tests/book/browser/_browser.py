@@ -43,7 +43,11 @@ def site_required() -> bool:
 
 
 def missing(reason: str) -> None:
-    """Skip (a developer without a built site) or fail (``make test``) with a clear reason."""
+    """Skip (a developer without a built site) or fail (``make test``) with a clear reason.
+
+    Every browser test that finds nothing to check (no site, no browser, an empty list of pages) says so
+    through here, never through ``pytest.skip``: under ``LINATTN_REQUIRE_SITE=1`` nothing to check fails.
+    """
     if site_required():
         pytest.fail(f"{reason} (LINATTN_REQUIRE_SITE=1)", pytrace=False)
     pytest.skip(reason)

@@ -20,7 +20,7 @@ from __future__ import annotations
 from urllib.parse import urljoin, urlsplit
 
 import pytest
-from _browser import PageLog, instrument, page_source, pages_containing, site_pages, url_to_file
+from _browser import PageLog, instrument, missing, page_source, pages_containing, site_pages, url_to_file
 from _site_checks import (
     CHANGE_TIMEOUT_MS,
     CONTROL_ACTIVE_JS,
@@ -211,7 +211,7 @@ OVERFLOW_JS = """
 def test_fits_a_phone_screen(new_page, server, rel):
     """On a phone the page does not scroll sideways: wide code, tables, figures scroll in their own box."""
     if rel is None:
-        pytest.skip("no chapter pages in the built site")
+        missing("no chapter pages in the built site")
     page, _ = new_page(viewport=PHONE)
     page.goto(urljoin(server, rel), wait_until="load")
     page.wait_for_function(WAIT_PLOTLY_JS, timeout=RENDER_TIMEOUT_MS)
@@ -268,7 +268,7 @@ def _wait_changed(page, gd_id, before, method):
 @pytest.mark.parametrize("rel", CONTROL_PAGES or [None])
 def test_plotly_controls_change_their_figure(new_page, server, rel):
     if rel is None:
-        pytest.skip("no page of the site has a plotly slider or menu")
+        missing("no page of the site has a plotly slider or menu")
     page, log = new_page()
     page.goto(urljoin(server, rel), wait_until="load")
     page.wait_for_function(WAIT_PLOTLY_JS, timeout=RENDER_TIMEOUT_MS)
@@ -315,7 +315,7 @@ def test_figures_fit_a_phone(new_page, server, rel):
     the controls, text not overlapping, plot areas with room; and each explorer's first control still
     changes its figure when tapped."""
     if rel is None:
-        pytest.skip("no chapter of the site has a plotly figure")
+        missing("no chapter of the site has a plotly figure")
     page, log = new_page(viewport=PHONE)
     page.goto(urljoin(server, rel), wait_until="load")
     page.wait_for_function(WAIT_PLOTLY_JS, timeout=RENDER_TIMEOUT_MS)
@@ -366,7 +366,7 @@ KEYBOARD_FIGURES_JS = """
 def test_interactive_figures_work_from_the_keyboard(new_page, server, rel):
     """A focusable figure promises (in its caption) arrow keys for its slider and menu: keep the promise."""
     if rel is None:
-        pytest.skip("no page of the site has a keyboard-operable figure")
+        missing("no page of the site has a keyboard-operable figure")
     page, log = new_page()
     page.goto(urljoin(server, rel), wait_until="load")
     page.wait_for_function(WAIT_PLOTLY_JS, timeout=RENDER_TIMEOUT_MS)
@@ -425,7 +425,7 @@ SOLUTION_PAGES = [p for p in site_pages() if 'class="solution' in page_source(p)
 @pytest.mark.parametrize("rel", SOLUTION_PAGES or [None])
 def test_solutions_are_closed_dropdowns(new_page, server, rel):
     if rel is None:
-        pytest.skip("no page of the site has exercise solutions yet")
+        missing("no page of the site has exercise solutions")
     page, _ = new_page()
     page.goto(urljoin(server, rel), wait_until="load")
     solutions = page.locator("div.solution")

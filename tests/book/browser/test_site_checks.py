@@ -5,6 +5,11 @@ No browser and no built site are needed; these run wherever pytest runs.
 
 from __future__ import annotations
 
+import ast
+from pathlib import Path
+
+import pytest
+from _browser import missing
 from _site_checks import failed_outputs
 
 # What myst-nb 1.x writes for a cell whose code raised (nb_execution_show_tb, allow_errors).
@@ -64,3 +69,24 @@ def test_a_clean_page_passes():
 def test_the_classes_must_be_on_an_output_block():
     # prose or code that merely uses the words (a CSS class "error" on a form, a span "stderr") is fine
     assert failed_outputs('<p class="error">x</p><span class="stderr">y</span>') == []
+
+
+def test_with_the_site_required_nothing_to_check_fails(monkeypatch):
+    # make test sets LINATTN_REQUIRE_SITE=1: an empty list of pages is then a failure, not a skip
+    monkeypatch.setenv("LINATTN_REQUIRE_SITE", "1")
+    with pytest.raises(pytest.fail.Exception, match="LINATTN_REQUIRE_SITE=1"):
+        missing("no page of the site has a plotly figure")
+    monkeypatch.delenv("LINATTN_REQUIRE_SITE")
+    with pytest.raises(pytest.skip.Exception):
+        missing("no page of the site has a plotly figure")
+
+
+def test_no_browser_test_skips_by_itself():
+    # every "nothing to check" goes through missing(), which fails when the site is required
+    skips = []
+    for path in sorted(Path(__file__).parent.glob("test_*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Call) and ast.unparse(node.func) in ("pytest.skip", "skip"):
+                skips.append(f"{path.name}:{node.lineno}")
+    assert not skips, f"pytest.skip outside missing(): {skips}"
+
