@@ -26,14 +26,6 @@ def _identity(q, k, v):
     return v
 
 
-def _sleeper(seconds):
-    def fn(q, k, v):
-        time.sleep(seconds)
-        return v
-
-    return fn
-
-
 # --- device choice ---------------------------------------------------------------------------------
 @pytest.fixture
 def no_accelerator(monkeypatch):
@@ -420,11 +412,39 @@ def test_other_errors_are_raised():
         T.sweep([T.Method("linear", False, broken)], [16], device="cpu", **SMALL)
 
 
-def test_per_call_budget_ends_a_method():
-    # a sleep lasts at least as long as asked, so the slow method is over the budget on any machine;
-    # the budget leaves the fast one (microseconds) 0.15 s for a busy machine to stall it
-    slow = T.Method("recurrent", True, _sleeper(0.3))
-    fast = T.Method("chunked", True, _identity)
+class FakeClock:
+    """The timers' clock, advanced only by the methods under test: a budget test that a busy machine
+    cannot fail (a stall of the real clock used to push a fast call over its budget)."""
+
+    def __init__(self):
+        self.now = 0.0
+
+    def perf_counter(self):
+        return self.now
+
+    def sleep(self, seconds):
+        self.now += seconds
+
+
+@pytest.fixture
+def clock(monkeypatch):
+    fake = FakeClock()
+    for module in (T.clock, T.sweeps):
+        monkeypatch.setattr(module, "time", fake)
+    return fake
+
+
+def _taking(clock, seconds):
+    def fn(q, k, v):
+        clock.sleep(seconds)
+        return v
+
+    return fn
+
+
+def test_per_call_budget_ends_a_method(clock):
+    slow = T.Method("recurrent", True, _taking(clock, 0.3))
+    fast = T.Method("chunked", True, _taking(clock, 1e-4))
     recs = T.sweep([slow, fast], [16, 32, 64], device="cpu", max_call_s=0.15, measure_memory=False, **SMALL)
     first, *rest = [r for r in recs if r.method == "recurrent"]
     assert first.measured and first.repeats == 1 and first.median_s >= 0.3
@@ -432,25 +452,23 @@ def test_per_call_budget_ends_a_method():
     assert all(r.measured for r in recs if r.method == "chunked")
 
 
-def test_predicted_time_skips_before_running():
-    # the budget sits 2x under the prediction and 100x over the measured call (2 ms): a busy machine
-    # only raises the prediction, and would have to stall the call for 0.25 s to skip it instead
+def test_predicted_time_skips_before_running(clock):
     calls = []
 
     def counted(q, k, v):
         calls.append(q.shape[-2])
-        time.sleep(0.002)
+        clock.sleep(0.002)
         return v
 
-    # softmax at N=16 takes >= 2 ms; its FLOPs grow 256x to N=256: predicted >= 0.5 s > 0.25 s
+    # 2 ms at N=16; softmax's FLOPs grow 256x to N=256: predicted 0.5 s > 0.25 s, so it is not run
     recs = T.sweep([T.Method("softmax_naive", False, counted)], [16, 256], device="cpu", max_call_s=0.25,
                    measure_memory=False, **SMALL)
     assert recs[1].skipped.startswith("predicted") and recs[1].predicted_s >= 0.5
     assert 256 not in calls
 
 
-def test_sweep_budget_ends_the_sweep():
-    methods = [T.Method("linear", False, _sleeper(0.01)), T.Method("sdpa", False, _identity)]
+def test_sweep_budget_ends_the_sweep(clock):
+    methods = [T.Method("linear", False, _taking(clock, 0.01)), T.Method("sdpa", False, _taking(clock, 1e-4))]
     recs = T.sweep(methods, [16, 32, 64], device="cpu", budget_s=0.005, **SMALL)
     assert recs[0].measured  # the budget is checked before each measurement, so one always runs
     assert all(r.skipped.startswith("sweep time budget of 0.005 s used up") for r in recs[1:])
