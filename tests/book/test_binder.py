@@ -192,3 +192,11 @@ def test_binder_has_what_the_package_and_a_live_kernel_need(binder):
     # extension draws them) and ipywidgets; the launch opens JupyterLab with a Python kernel.
     needed = {"torch", "numpy", "plotly", "ipywidgets", "jupyterlab", "ipykernel"}
     assert needed <= set(binder), f"binder/requirements.txt lacks {sorted(needed - set(binder))}"
+
+
+def test_kernels_are_ipykernel_6_which_does_not_hang(binder):
+    # ipykernel 7 can miss a request and leave nbclient waiting for the cell timeout (a 20-minute stall of
+    # the readers' notebook test); the book build, the readers' notebooks and Binder all run 6.x
+    root = pins(ROOT / "requirements.txt")
+    assert root["ipykernel"].major == 6 and binder["ipykernel"] == root["ipykernel"]
+    assert metadata.version("ipykernel").startswith("6."), "the installed kernel is not the pinned one"
