@@ -50,7 +50,7 @@ def test_quick_run_writes_the_schema(quick_json, capsys):
             assert r["peak_bytes"] is None or r["peak_bytes"] >= 0
         else:
             assert isinstance(r["skipped"], str) and r["skipped"]
-    assert {t["verdict"] for t in quick_json["targets"]} <= {"PASS", "FAIL", "N/A"}
+    assert {t["verdict"] for t in quick_json["targets"]} <= {"PASS", "FAIL", "N/A", "NOISY"}
     labels = {m.label for m in T.standard_methods()}
     assert set(quick_json["checks"]) == labels | {f"{label} float32" for label in labels}
     assert bench.check_failures(quick_json["checks"]) == {}
@@ -158,6 +158,27 @@ def test_targets_from_records():
     assert memory.verdict == "PASS"
     text = bench.format_targets(bench.evaluate_targets(recs, 100.0, lengths=[N]))
     assert "[PASS]" in text and "[FAIL]" in text and "[N/A ]" in text
+
+
+def test_noncausal_targets_and_withheld_verdicts():
+    # the non-causal form against the causal one from the same pass; a spread wider than the median
+    # (IQR > median) withholds the verdict, the value still printed
+    recs = [_rec("linear", False, 1024, 0.8), _rec("chunked", True, 1024, 1.0),
+            _rec("linear", False, 4096, 1.2), _rec("chunked", True, 4096, 1.0),
+            _rec("linear", False, 16384, 0.5, gflops=61.0), _rec("chunked", True, 16384, 1.0),
+            _rec("linear", False, 256, 9.0), _rec("chunked", True, 256, 1.0)]
+    t = _by_name(bench.noncausal_targets(recs, 100.0, [256, 1024, 4096, 16384]))
+    assert "non-causal linear / causal chunked, same inputs, at N=256" not in t  # only from 1024 on
+    assert t["non-causal linear / causal chunked, same inputs, at N=1024"].verdict == "PASS"
+    assert t["non-causal linear / causal chunked, same inputs, at N=4096"].verdict == "FAIL"
+    assert_close(t["non-causal linear / causal chunked, same inputs, at N=16384"].value, 0.5, dtype="float64")
+    assert t["linear GFLOP/s / matmul GFLOP/s at N=16384"].verdict == "PASS"
+    wide = _rec("linear", False, 4096, 1.2)
+    wide.q25_s, wide.q75_s = 0.5, 2.0  # IQR 1.5 s > median 1.2 s
+    t = _by_name(bench.noncausal_targets([wide, _rec("chunked", True, 4096, 1.0)], 100.0, [4096]))
+    noisy = t["non-causal linear / causal chunked, same inputs, at N=4096"]
+    assert noisy.verdict == "NOISY" and noisy.passed is None and noisy.value == 1.2
+    assert "noisy: IQR > median, no verdict" in bench.format_targets([noisy])
 
 
 def test_decode_targets_read_their_rows():

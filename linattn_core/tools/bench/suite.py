@@ -14,7 +14,7 @@ from typing import Any
 from .. import timing as T
 from . import decode as bench_decode
 from . import train as bench_train
-from .targets import Target, find, format_targets, ratio_target
+from .targets import Target, find, format_targets, judged, ratio_target
 
 __all__ = ["Config", "evaluate_targets", "main", "run"]
 
@@ -35,6 +35,9 @@ class Config:
     matmul_sizes: tuple[int, ...] = (2048, 4096)
     min_run_time: float = 0.1
     max_run_time: float = 1.0
+    # interleaved blocks per method and length at least (where max_run_time allows): enough for the
+    # quartiles to show a busy machine's phases, which then withhold the verdicts (IQR > median)
+    repeats: int = 15
     # 12 s: the training target's SDPA step at N = 16,384 (about 7 s on a 2-core CPU) is measured, not
     # extrapolated; SDPA's forward at 65,536 (some 30 s) still is
     max_call_s: float = 12.0
@@ -51,17 +54,43 @@ class Config:
     def quick(cls) -> Config:
         """Tiny sizes: every code path in a few seconds (used by the tests)."""
         return cls(lengths=QUICK_LENGTHS, batch_heads=2, d=16, d_v=16, chunk_size=16, matmul_sizes=(128,),
-                   min_run_time=0.005, max_run_time=0.02, max_call_s=2.0, budget_s=60.0,
+                   min_run_time=0.005, max_run_time=0.02, repeats=3, max_call_s=2.0, budget_s=60.0,
                    decode_contexts=(32, 64), decode_batches=(1,), layer_sizes="quick", layer_threads=(1,))
 
 
-def _chunked_fraction(records: Sequence[T.Record], matmul_gflops: float, N: int, at_least: float) -> Target:
-    r = find(records, "chunked", True, N)
-    name = f"chunked GFLOP/s / matmul GFLOP/s at N={N}"
-    if r is None or not r.measured:
-        return Target(name, f">= {at_least:.0%}", None, None, "not measured" if r is None else r.skipped)
+def _fraction(records: Sequence[T.Record], matmul_gflops: float, N: int, at_least: float,
+              method: str = "chunked", causal: bool = True) -> Target:
+    r = find(records, method, causal, N)
+    name = f"{method} GFLOP/s / matmul GFLOP/s at N={N}"
+    if r is None or not r.measured or r.gflops is None:
+        why = "not measured" if r is None else r.skipped or ""
+        return Target(name, f">= {at_least:.0%}", None, None, why)
     frac = r.gflops / matmul_gflops
-    return Target(name, f">= {at_least:.0%}", frac, frac >= at_least)
+    return judged(Target(name, f">= {at_least:.0%}", frac, frac >= at_least), r)
+
+
+#: The non-causal form against the causal one on the same inputs: from this length on, and its rate.
+NONCAUSAL_FROM_N = 1024
+NONCAUSAL_FRACTION = (16384, 0.60)
+
+
+def noncausal_targets(records: Sequence[T.Record], matmul_gflops: float,
+                      lengths: Sequence[int]) -> list[Target]:
+    """The non-causal form (``linear``) at most as slow as the causal chunked form, timed in the same
+    interleaved pass on the same inputs, at every length from :data:`NONCAUSAL_FROM_N`; and at
+    ``NONCAUSAL_FRACTION`` of the matmul rate (FLOPs ``4 N d d_v`` per batch-head)."""
+    out = []
+    for N in (n for n in lengths if n >= NONCAUSAL_FROM_N):
+        nc, c = find(records, "linear", False, N), find(records, "chunked", True, N)
+        name = f"non-causal linear / causal chunked, same inputs, at N={N}"
+        if nc is None or c is None or not (nc.measured and c.measured):
+            out.append(Target(name, "<= 1x", None, None, "not measured at this length"))
+            continue
+        ratio = nc.median_s / c.median_s
+        out.append(judged(Target(name, "<= 1x", ratio, ratio <= 1.0), nc, c))
+    N, at_least = NONCAUSAL_FRACTION
+    out.append(_fraction(records, matmul_gflops, N, at_least, "linear", False))
+    return out
 
 
 def evaluate_targets(records: Sequence[T.Record], matmul_gflops: float, *, lengths: Sequence[int],
@@ -72,21 +101,25 @@ def evaluate_targets(records: Sequence[T.Record], matmul_gflops: float, *, lengt
     - non-causal ``linear`` vs SDPA at 16384 (>= 30x);
     - ``chunked`` at >= 40% of the matmul rate at 4096 and 16384, >= 25% at 65536
       (chunked FLOPs: ``4 N d d_v + 2 N C (d + d_v)`` per batch-head);
+    - non-causal ``linear`` at most as slow as causal ``chunked`` (same inputs, same interleaved pass) at
+      every length from 1024, and at >= 60% of the matmul rate at 16384 (:func:`noncausal_targets`);
     - ``auto`` within 1.25x of the fastest causal linear form (recurrent, cumsum, chunked) at every N;
     - peak memory of causal ``auto`` at 65536, inputs included, at most 8x the bytes of q, k, v and the
       output.
 
     Where the slower side of a ratio was skipped by the time guard, its extrapolated time is used and the
-    note says so.
+    note says so. Where a measurement behind a target spread wider than its median (IQR > median), the
+    verdict is withheld (:func:`.targets.judged`).
     """
     out = [
         ratio_target(records, "causal: auto vs SDPA at N=16384", ("sdpa", True), ("auto", True), 16384, 10),
         ratio_target(records, "causal: auto vs SDPA at N=65536", ("sdpa", True), ("auto", True), 65536, 20),
         ratio_target(records, "non-causal: linear vs SDPA at N=16384", ("sdpa", False), ("linear", False),
                       16384, 30),
-        _chunked_fraction(records, matmul_gflops, 4096, 0.40),
-        _chunked_fraction(records, matmul_gflops, 16384, 0.40),
-        _chunked_fraction(records, matmul_gflops, 65536, 0.25),
+        _fraction(records, matmul_gflops, 4096, 0.40),
+        _fraction(records, matmul_gflops, 16384, 0.40),
+        _fraction(records, matmul_gflops, 65536, 0.25),
+        *noncausal_targets(records, matmul_gflops, lengths),
     ]
     for N in lengths:
         auto = find(records, "auto", True, N)
@@ -98,7 +131,8 @@ def evaluate_targets(records: Sequence[T.Record], matmul_gflops: float, *, lengt
             continue
         best = min(others, key=lambda r: r.median_s)
         ratio = auto.median_s / best.median_s
-        out.append(Target(name, "<= 1.25x", ratio, ratio <= 1.25, f"fastest: {best.method}"))
+        target = Target(name, "<= 1.25x", ratio, ratio <= 1.25, f"fastest: {best.method}")
+        out.append(judged(target, auto, best))
     auto = find(records, "auto", True, 65536)
     name = "causal auto peak memory at N=65536 / bytes of q, k, v, out"
     if auto is None or not auto.measured or auto.peak_bytes is None:
@@ -126,6 +160,26 @@ def format_results(records: Sequence[T.Record], matmul_gflops: float) -> str:
         else:
             lines.append(f"{r.label:<22} {r.N:>6} {'skipped':>11}  {r.skipped}")
     return "\n".join(lines)
+
+
+def format_noncausal(records: Sequence[T.Record], matmul_gflops: float) -> str:
+    """Per length: the non-causal form and the causal chunked form, their ratio and the non-causal
+    form's fraction of the matmul rate; "noisy" where either one's IQR exceeds its median."""
+    from .targets import noisy
+
+    lines = [f"{'N':>6} {'non-causal':>24} {'causal chunked':>24} {'ratio':>7} {'of matmul':>9}"]
+    for N in sorted({r.N for r in records}):
+        nc, c = find(records, "linear", False, N), find(records, "chunked", True, N)
+        if nc is None or c is None or not (nc.measured and c.measured):
+            continue
+        flag = "  noisy: IQR > median" if noisy(nc, c) else ""
+        lines.append(f"{N:>6} {_spread(nc):>24} {_spread(c):>24} {nc.median_s / c.median_s:>6.2f}x "
+                     f"{nc.gflops / matmul_gflops:>9.1%}{flag}")
+    return "\n".join(lines)
+
+
+def _spread(r: T.Record) -> str:
+    return f"{_ms(r.median_s)} [{r.q25_s * 1e3:.3g}-{r.q75_s * 1e3:.3g}]"
 
 
 def _ms(seconds: float) -> str:
@@ -218,15 +272,16 @@ def run(config: Config, *, device: Any = None, progress: bool | None = None,
             + (f"; WRONG: {wrong}" if wrong else ""))
         records = T.sweep(methods, config.lengths, d=config.d, d_v=config.d_v,
                           batch_heads=config.batch_heads, dtype=config.dtype, device=dev,
-                          min_run_time=config.min_run_time, max_run_time=config.max_run_time,
-                          max_call_s=config.max_call_s, budget_s=config.budget_s, progress=progress)
+                          min_run_time=config.min_run_time, min_repeats=config.repeats,
+                          max_run_time=config.max_run_time, max_call_s=config.max_call_s,
+                          budget_s=config.budget_s, progress=progress)
         # training: forward + backward (sdpa_train, chunked_train, chunked_train_autograd; see bench_train)
         train_checks = bench_train.check_train(dev, chunk_size=config.chunk_size)
         train = bench_train.train_sweep(config.lengths, batch_heads=config.batch_heads, d=config.d,
                                         d_v=config.d_v, dtype=config.dtype, device=dev,
                                         chunk_size=config.chunk_size, min_run_time=config.min_run_time,
                                         max_run_time=config.max_run_time, max_call_s=config.max_call_s,
-                                        budget_s=config.budget_s)
+                                        budget_s=config.budget_s, min_repeats=config.repeats)
         # decoding: one token with a KV cache against a fixed-size state (see bench_decode)
         decoding = bench_decode.decode_sweep(config.decode_contexts, batches=config.decode_batches,
                                              batch_heads=config.batch_heads, d=config.d,
@@ -251,6 +306,9 @@ def run(config: Config, *, device: Any = None, progress: bool | None = None,
     targets += bench_layers.layer_targets(layer_bench)
     say("")
     say(format_results(records, matmul_gflops))
+    say("\nNon-causal against causal on the same inputs, timed in the same interleaved pass (median "
+        "[quartiles]; the fraction of the matmul rate counts 4 N d d_v per batch-head):")
+    say(format_noncausal(records, matmul_gflops))
     say("\nTraining, forward + backward (FLOPs counted as 3 forwards; gradients checked in float64, N=67: "
         + ", ".join(f"{k} {e:.1e}" for k, e in train_checks.items()) + ")")
     say(format_results(train, matmul_gflops))

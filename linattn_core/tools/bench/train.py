@@ -14,7 +14,6 @@ FLOPs are counted as three forward passes (the usual estimate for forward + back
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -24,7 +23,6 @@ from .targets import Target, find, ratio_target
 __all__ = ["check_train", "train_methods", "train_sweep", "train_targets"]
 
 _FORWARD = {"sdpa_train": "sdpa", "chunked_train": "chunked", "chunked_train_autograd": "chunked"}
-_POWER = {"sdpa_train": 2, "chunked_train": 1, "chunked_train_autograd": 1}  # time ~ N ** power
 #: Largest |gradient - autograd through the reference| accepted in float64: the contract's 1e-10.
 GRAD_ATOL = 1e-10
 
@@ -46,6 +44,13 @@ def train_methods(chunk_size: int = 64, feature_map: Any = "elu+1") -> dict[str,
 
     return {"sdpa_train": lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True),
             "chunked_train": chunked, "chunked_train_autograd": chunked_autograd}
+
+
+def train_sweep_methods(chunk_size: int = 64) -> list[T.Method]:
+    """The training methods as :class:`~linattn_core.tools.timing.Method` objects with ``grad``: the one
+    sweep (:func:`~linattn_core.tools.timing.sweep`) times forward + backward, FLOPs as three forwards."""
+    return [T.Method(name, True, f, chunk_size=chunk_size, grad=True, cost=_FORWARD[name])
+            for name, f in train_methods(chunk_size).items()]
 
 
 def _step(f: Callable[..., Any], q: Any, k: Any, v: Any, dout: Any) -> Callable[[], Any]:
@@ -82,55 +87,13 @@ def check_train(device: Any, *, N: int = 67, d: int = 16, d_v: int = 8, seed: in
 
 def train_sweep(lengths: Sequence[int], *, batch_heads: int, d: int, d_v: int, dtype: str, device: Any,
                 chunk_size: int, min_run_time: float, max_run_time: float, max_call_s: float,
-                budget_s: float | None, seed: int = 0) -> list[T.Record]:
-    """Time forward + backward of every training method at every length; skip (with the reason) what
-    the time guard predicts to exceed ``max_call_s`` per call (its predicted time is kept), or what runs
-    past ``budget_s``. Peak memory: :func:`linattn_core.tools.timing.peak_memory` of one step."""
-    import torch
-
-    dev = T.torch_device(device)
-    tdtype = getattr(torch, dtype)
-    methods = train_methods(chunk_size)
-    meta = T.environment(dev, tdtype)
-    last: dict[str, tuple[int, float]] = {}
-    records = []
-    gen = torch.Generator().manual_seed(seed)
-    start = time.perf_counter()
-    for N in sorted(lengths):
-        shapes = [(1, batch_heads, N, w) for w in (d, d, d_v, d_v)]
-        q, k, v, dout = (torch.randn(s, generator=gen).to(device=dev, dtype=tdtype) for s in shapes)
-        q, k, v = (x.requires_grad_() for x in (q, k, v))
-        for name, f in methods.items():
-            count = 3 * T.flops(_FORWARD[name], N, d, d_v, causal=True, chunk_size=chunk_size,
-                                batch_heads=batch_heads)
-            rec = T.Record(name, True, N, d, d_v, batch_heads, dtype, str(dev), chunk_size=chunk_size,
-                           flops=count, meta=meta)
-            rec.skipped = _skip(rec, last, start, budget_s, max_call_s)
-            if rec.skipped is None:
-                step = _step(f, q, k, v, dout)
-                t = T.time_call(step, device=dev, min_run_time=min_run_time, max_run_time=max_run_time,
-                                max_first_s=max_call_s)
-                rec.median_s, rec.q25_s, rec.q75_s, rec.repeats = t.median_s, t.q25_s, t.q75_s, t.repeats
-                rec.peak_bytes, rec.peak_source = T.peak_memory(step, device=dev)
-                rec.gflops = rec.flops / rec.median_s / 1e9
-                last[name] = (N, rec.median_s)
-            records.append(rec)
-        del q, k, v, dout
-    return records
-
-
-def _skip(rec: T.Record, last: dict[str, tuple[int, float]], start: float, budget_s: float | None,
-          max_call_s: float) -> str | None:
-    elapsed = time.perf_counter() - start
-    if budget_s is not None and elapsed > budget_s:
-        return f"sweep time budget of {budget_s:g} s used up ({elapsed:.1f} s)"
-    if rec.method in last:
-        n_prev, t_prev = last[rec.method]
-        rec.predicted_s = t_prev * (rec.N / n_prev) ** _POWER[rec.method]
-        if rec.predicted_s > max_call_s:
-            return (f"predicted {rec.predicted_s:.2g} s per call (from {t_prev:.2g} s at N={n_prev}, scaled "
-                    f"by N^{_POWER[rec.method]}) is over the {max_call_s:g} s budget")
-    return None
+                budget_s: float | None, seed: int = 0, min_repeats: int = 5) -> list[T.Record]:
+    """Time forward + backward of every training method at every length, interleaved per length, with
+    the one sweep of the timing tools (:func:`linattn_core.tools.timing.sweep`: its time guard, memory
+    guard, budget and peak memory)."""
+    return T.sweep(train_sweep_methods(chunk_size), lengths, d=d, d_v=d_v, batch_heads=batch_heads,
+                   dtype=dtype, device=device, seed=seed, min_run_time=min_run_time, min_repeats=min_repeats,
+                   max_run_time=max_run_time, max_call_s=max_call_s, budget_s=budget_s, progress=False)
 
 
 def train_targets(records: Sequence[T.Record], errors: dict[str, float], *, itemsize: int = 4) -> list:

@@ -6,9 +6,10 @@ Everything a timing claim in the book rests on lives here, so that it can be rea
   benchmark): :func:`pick_device` chooses CUDA, then Apple MPS, then the CPU (or what the reader asks
   for, by argument or the ``LINATTN_DEVICE`` environment variable); :func:`describe_device` names it,
   :func:`environment` records hardware and software;
-- :mod:`~linattn_core.tools.timing.clock`: :func:`time_call` times a callable (warm-up, accelerator
-  synchronisation, several repeats; median and inter-quartile range); :func:`matmul_rate` and
-  :func:`copy_rate` measure the machine's rates;
+- :mod:`~linattn_core.tools.timing.clock`: :func:`time_calls`, the one timer, times several callables
+  interleaved (warm-up, accelerator synchronisation, blocks of each in turn round after round; median
+  and inter-quartile range), :func:`time_call` one of them, :func:`noisy` flags a spread wider than
+  its median; :func:`matmul_rate` and :func:`copy_rate` measure the machine's rates;
 - :mod:`~linattn_core.tools.timing.memory`: :func:`peak_memory` *measures* the extra memory a call needs;
 - :mod:`~linattn_core.tools.timing.cost`: the one cost model, :func:`flops`, :func:`bytes_moved`,
   :func:`predicted_bytes`, :func:`flop_crossover`, :func:`cost_curves`, :func:`decode_memory`, the
@@ -44,7 +45,7 @@ from ..._provenance import (
     pick_device,
     torch_device,
 )
-from .clock import Timing, copy_rate, matmul_rate, time_call
+from .clock import Timing, copy_rate, matmul_rate, noisy, time_call, time_calls
 from .cost import (
     COUNTED,
     METHODS,
@@ -88,6 +89,7 @@ __all__ = [
     "measured_crossover",
     "memory_figure",
     "model_figure",
+    "noisy",
     "num_threads",
     "peak_memory",
     "pick_device",
@@ -95,6 +97,7 @@ __all__ = [
     "standard_methods",
     "sweep",
     "time_call",
+    "time_calls",
     "time_figure",
     "torch_device",
 ]

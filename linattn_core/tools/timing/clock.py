@@ -1,16 +1,18 @@
 """The clock: seconds per call with warm-up, synchronisation and repeats, and the machine's own rates.
 
-:func:`time_call` times a callable with ``torch.utils.benchmark.Timer`` (warm-up, accelerator
-synchronisation, several repeats; median and inter-quartile range); numpy code gets a plain
-``perf_counter`` loop with the same statistics. :func:`matmul_rate` and :func:`copy_rate` measure the
-yardsticks a roofline needs, on the spot.
+:func:`time_calls` is the one timer: several callables timed *interleaved*, a block of calls of each in
+turn, round after round (each round starting one callable further on), so that a machine that speeds
+up or slows down while it runs moves them all alike, and their quartiles show how much it moved.
+:func:`time_call` is the same timer for one callable. Accelerators are synchronised before every
+reading of the clock. :func:`matmul_rate` and :func:`copy_rate` measure the yardsticks a roofline
+needs, on the spot; :func:`noisy` says when a spread is too wide for a verdict.
 """
 
 from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,7 +21,7 @@ import numpy as np
 from ..._provenance import torch_device, torch_dtype
 from .cost import check_sizes
 
-__all__ = ["Timing", "copy_rate", "matmul_rate", "time_call"]
+__all__ = ["Timing", "copy_rate", "matmul_rate", "noisy", "time_call", "time_calls"]
 
 
 @dataclass(frozen=True)
@@ -63,6 +65,13 @@ def _timing_from(times: Sequence[float], number: int, first: float) -> Timing:
     return Timing(float(median), float(q25), float(q75), len(arr), number, first, tuple(map(float, arr)))
 
 
+def noisy(t: Timing) -> bool:
+    """True when the spread of the repeats is wider than their median (IQR > median): on such a reading a
+    ratio against a target says more about the machine's other work than about the code, so the
+    benchmark withholds its verdict."""
+    return t.repeats > 1 and t.iqr_s > t.median_s
+
+
 def time_call(fn: Callable[[], Any], *, device: Any = None, min_run_time: float = 0.2, min_repeats: int = 5,
               max_run_time: float = 2.0, max_first_s: float | None = None) -> Timing:
     """Time ``fn()``: one warm-up call, then repeated timed blocks; median and quartiles per call.
@@ -72,9 +81,8 @@ def time_call(fn: Callable[[], Any], *, device: Any = None, min_run_time: float 
     fn : callable
         Called with no arguments. Its result is discarded.
     device : str or torch.device, optional
-        The device ``fn`` runs on. With a device, ``torch.utils.benchmark.Timer`` does the timing (it waits
-        for the accelerator before reading the clock, and uses ``torch.get_num_threads()`` threads).
-        Without one (numpy code), a ``time.perf_counter`` loop does.
+        The device ``fn`` runs on: an accelerator is synchronised before every reading of the clock.
+        None for numpy code.
     min_run_time : float
         Seconds of timed work at least (more blocks for fast calls).
     min_repeats : int
@@ -88,48 +96,66 @@ def time_call(fn: Callable[[], Any], *, device: Any = None, min_run_time: float 
     Returns
     -------
     Timing
-        ``median_s`` lies between ``q25_s`` and ``q75_s``; all are seconds per call.
+        ``median_s`` lies between ``q25_s`` and ``q75_s``; all are seconds per call. It is
+        :func:`time_calls` with one callable.
+    """
+    return time_calls({"call": fn}, device=device, min_run_time=min_run_time, min_repeats=min_repeats,
+                      max_run_time=max_run_time, max_first_s=max_first_s)["call"]
+
+
+def time_calls(calls: Mapping[str, Callable[[], Any]], *, device: Any = None, min_run_time: float = 0.2,
+               min_repeats: int = 5, max_run_time: float = 2.0, max_first_s: float | None = None,
+               first_s: Mapping[str, float] | None = None) -> dict[str, Timing]:
+    """Time several callables interleaved: the one timer of the book and the benchmark.
+
+    Each callable is called once to warm up (unless ``first_s`` gives the seconds of a warm-up already
+    done), then gets blocks of ``number_per_run`` calls (about a millisecond a block at least, so that
+    the clock's resolution does not matter) and as many blocks as the budgets give it: work of
+    ``min_run_time`` seconds at least, ``min_repeats`` blocks where ``max_run_time`` allows, 3 in any
+    case. The blocks are taken in rounds, one block of every callable that still needs one per round,
+    each round starting one callable further on: no callable is favoured by when it ran, and a phase
+    of a busy machine lands on all of them, where their quartiles show it. A callable whose warm-up
+    took longer than ``max_first_s`` keeps that one call as its only sample.
+
+    Returns ``{name: Timing}`` in the order of ``calls``.
     """
     if min_run_time <= 0 or max_run_time <= 0:
         raise ValueError(f"min_run_time={min_run_time} and max_run_time={max_run_time} must be positive")
     if min_repeats < 1:
         raise ValueError(f"min_repeats={min_repeats} must be at least 1")
     sync = _synchronizer(device)
+    firsts = dict(first_s or {})
+    for name, fn in calls.items():
+        if name not in firsts:
+            firsts[name] = _clocked(fn, 1, sync)  # warm-up: lazy initialisation, allocator, caches
+    plan: dict[str, tuple[int, int]] = {}  # name -> (calls per block, blocks)
+    for name in calls:
+        first = max(firsts[name], 1e-9)
+        if max_first_s is not None and first > max_first_s:
+            continue
+        run_time = max(min_run_time, min(min_repeats * first, max(max_run_time, 3 * first)))
+        number = max(1, math.ceil(1e-3 / first))
+        plan[name] = (number, max(3, math.ceil(run_time / (number * first))))
+    times: dict[str, list[float]] = {name: [] for name in plan}
+    names = list(plan)
+    for r in range(max((blocks for _, blocks in plan.values()), default=0)):
+        for i in range(len(names)):
+            name = names[(r + i) % len(names)]
+            number, blocks = plan[name]
+            if len(times[name]) < blocks:
+                times[name].append(_clocked(calls[name], number, sync) / number)
+    return {name: _timing_from(times[name], plan[name][0], firsts[name]) if name in plan
+            else _timing_from([firsts[name]], 1, firsts[name]) for name in calls}
+
+
+def _clocked(fn: Callable[[], Any], number: int, sync: Callable[[], None]) -> float:
+    # seconds for `number` calls, the device synchronised before and after
     sync()
     start = time.perf_counter()
-    fn()  # warm-up: lazy initialisation, allocator warm-up, caches
+    for _ in range(number):
+        fn()
     sync()
-    first = time.perf_counter() - start
-    if max_first_s is not None and first > max_first_s:
-        return _timing_from([first], 1, first)
-    # Enough work for min_repeats blocks, within max_run_time unless even 3 calls exceed it.
-    run_time = max(min_run_time, min(min_repeats * first, max(max_run_time, 3 * first)))
-    if device is None:
-        return _loop_timing(fn, first, run_time)
-    import torch
-    from torch.utils.benchmark import Timer
-
-    timer = Timer(stmt="fn()", globals={"fn": fn}, num_threads=torch.get_num_threads())
-    m = timer.blocked_autorange(min_run_time=run_time)
-    times = list(m.times)
-    while len(times) < 3:  # blocked_autorange may stop after one or two blocks when run_time is short
-        times.extend(timer.timeit(m.number_per_run).times)
-    return _timing_from(times, m.number_per_run, first)
-
-
-def _loop_timing(fn: Callable[[], Any], first: float, run_time: float) -> Timing:
-    # Blocks of `number` calls, each block at least ~1 ms so that the clock's resolution does not matter.
-    number = max(1, math.ceil(1e-3 / max(first, 1e-9)))
-    times: list[float] = []
-    total = 0.0
-    while total < run_time or len(times) < 3:
-        start = time.perf_counter()
-        for _ in range(number):
-            fn()
-        elapsed = time.perf_counter() - start
-        times.append(elapsed / number)
-        total += elapsed
-    return _timing_from(times, number, first)
+    return time.perf_counter() - start
 
 
 def matmul_rate(device: Any = None, sizes: Sequence[int] = (2048, 4096), dtype: Any = "float32",

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from ..._provenance import GIB, dtype_name, environment, num_threads, torch_device, torch_dtype
-from .clock import time_call
+from .clock import _synchronizer, time_calls
 from .cost import CAUSAL_ONLY, METHODS, check_sizes, flops, predicted_bytes
 from .memory import available_memory, format_bytes, peak_memory
 
@@ -80,17 +80,26 @@ class Record:
 class Method:
     """A method to time: ``fn(q, k, v)`` returns the attention output.
 
-    ``name`` is one of :data:`METHODS` (it selects the analytic counts); ``label`` names it in tables.
+    ``name`` is one of :data:`METHODS` (it selects the analytic counts), or any name with ``cost`` one
+    of them; ``label`` names it in tables. With ``grad``, a call is a training step of the attention:
+    the forward and the gradients of ``q, k, v`` (FLOPs counted as three forwards).
     """
 
     name: str
     causal: bool
     fn: Callable[[Any, Any, Any], Any]
     chunk_size: int | None = None
+    grad: bool = False  # time forward + backward: the gradients of q, k, v for a fixed dout
+    cost: str | None = None  # the cost model's name for the forward, when ``name`` is not one of METHODS
 
     @property
     def label(self) -> str:
         return f"{self.name} (causal)" if self.causal else self.name
+
+    @property
+    def counted(self) -> str:
+        """The name :func:`flops` and :func:`predicted_bytes` count this method's forward by."""
+        return self.cost or self.name
 
 
 def standard_methods(names: Iterable[str] | None = None, *, causal: bool | None = None,
@@ -157,14 +166,19 @@ def sweep(methods: Sequence[Method], lengths: Iterable[int], *, d: int = 64, d_v
 
     Inputs are seeded ``randn`` tensors ``q, k: (1, batch_heads, N, d)``, ``v: (1, batch_heads, N, d_v)``
     (one batch of ``batch_heads`` heads: fused kernels such as PyTorch's CPU SDPA need the 4-D layout), made
-    once per length and shared by the methods. For each method and length, in increasing ``N``:
+    once per length and shared by the methods (a :class:`Method` with ``grad`` gets copies that need
+    gradients, and a fixed ``dout``). For each length, in increasing ``N``, each method in turn:
 
     1. if the sweep has used ``budget_s`` seconds, the rest is skipped;
     2. if the method took longer than ``max_call_s`` per call at a shorter length, or its time at the last
        length scaled by the analytic FLOP count (:func:`flops`) predicts more, it is skipped;
     3. if :func:`predicted_bytes` exceeds ``memory_fraction`` of :func:`available_memory`, it is skipped
        (an out-of-memory error is also caught and reported, never raised);
-    4. otherwise it is timed (:func:`time_call`) and its peak memory measured (:func:`peak_memory`).
+    4. otherwise it is called once (the warm-up, and the time the guards read).
+
+    Then the methods warmed up at this length are timed together, interleaved (:func:`time_calls`: a
+    block of each in turn, round after round, so that a busy machine's phases land on all of them
+    alike), and each one's peak memory is measured (:func:`peak_memory`).
 
     A progress bar (``tqdm.auto``: a widget in notebooks, a text bar in terminals) shows the sweep; it is
     off during the book build, or with ``progress=False``. ``threads`` sets ``torch.set_num_threads`` for the
@@ -190,6 +204,7 @@ def sweep(methods: Sequence[Method], lengths: Iterable[int], *, d: int = 64, d_v
     last: dict[str, tuple[int, float]] = {}  # label -> (N, seconds per call) of its last measurement
     over: dict[str, str] = {}  # label -> why its longer lengths are skipped
     gen = torch.Generator(device="cpu").manual_seed(seed)
+    budgets = dict(min_run_time=min_run_time, min_repeats=min_repeats, max_run_time=max_run_time)
     with num_threads(threads), _progress(len(methods) * len(lengths), progress) as bar:
         meta = environment(dev, tdtype)  # inside: it records the number of threads in use
         start = time.perf_counter()
@@ -197,25 +212,60 @@ def sweep(methods: Sequence[Method], lengths: Iterable[int], *, d: int = 64, d_v
             # (batch=1, heads, N, d): fused kernels expect 4-D inputs (PyTorch's CPU SDPA falls back to
             # its unfused, N x N path for 3-D ones)
             shape_qk, shape_v = (1, batch_heads, N, d), (1, batch_heads, N, d_v)
-            q, k, v = (torch.randn(s, generator=gen, dtype=torch.float32).to(device=dev, dtype=tdtype)
-                       for s in (shape_qk, shape_qk, shape_v))
+            qkv = tuple(torch.randn(s, generator=gen, dtype=torch.float32).to(device=dev, dtype=tdtype)
+                        for s in (shape_qk, shape_qk, shape_v))
+            dout = torch.randn(shape_v, generator=gen, dtype=torch.float32).to(device=dev, dtype=tdtype)
+            grad_qkv = tuple(x.clone().requires_grad_() for x in qkv)
+            calls, firsts, recs = {}, {}, {}
             for m in methods:
                 bar.set_postfix_str(f"{m.label} N={N}")
-                chunk = m.chunk_size if m.chunk_size is not None else 64
-                counts = dict(causal=m.causal, chunk_size=chunk, batch_heads=batch_heads)
-                rec = Record(m.name, m.causal, N, d, d_v, batch_heads, dtype_name(tdtype), str(dev),
-                             chunk_size=m.chunk_size, flops=flops(m.name, N, d, d_v, **counts),
-                             predicted_bytes=predicted_bytes(m.name, N, d, d_v, itemsize=itemsize, **counts),
-                             meta=meta)
+                rec = _record(m, N, d, d_v, batch_heads, tdtype, dev, itemsize, meta)
                 rec.skipped = _skip_reason(rec, m, last, over, start, budget_s, max_call_s,
                                            memory_fraction, dev)
                 if rec.skipped is None:
-                    _measure(rec, m, (q, k, v), dev, last, over, max_call_s, min_run_time, min_repeats,
-                             max_run_time, measure_memory)
+                    call = _call(m, grad_qkv if m.grad else qkv, dout)
+                    first = _warm_up(rec, m, call, dev, over)
+                    if first is not None:
+                        calls[m.label], firsts[m.label], recs[m.label] = call, first, rec
                 records.append(rec)
-                bar.update(1)
-            del q, k, v
+            timings = time_calls(calls, device=dev, max_first_s=max_call_s, first_s=firsts, **budgets)
+            for label, t in timings.items():
+                rec = recs[label]
+                rec.median_s, rec.q25_s, rec.q75_s, rec.repeats = t.median_s, t.q25_s, t.q75_s, t.repeats
+                if t.first_call_s > max_call_s:
+                    over[label] = (f"took {t.first_call_s:.2g} s per call at N={N}, over the "
+                                   f"{max_call_s:g} s budget")
+                if measure_memory:
+                    rec.peak_bytes, rec.peak_source = peak_memory(calls[label], device=dev)
+                last[label] = (N, rec.median_s)
+                rec.gflops = rec.flops / rec.median_s / 1e9
+            bar.update(len(methods))
+            del qkv, grad_qkv, dout, calls
     return records
+
+
+def _record(m: Method, N: int, d: int, d_v: int, batch_heads: int, tdtype: Any, dev: Any, itemsize: int,
+            meta: dict) -> Record:
+    chunk = m.chunk_size if m.chunk_size is not None else 64
+    counts = dict(causal=m.causal, chunk_size=chunk, batch_heads=batch_heads)
+    passes = 3 if m.grad else 1  # forward + backward counted as three forwards, the usual estimate
+    return Record(m.name, m.causal, N, d, d_v, batch_heads, dtype_name(tdtype), str(dev),
+                  chunk_size=m.chunk_size, flops=passes * flops(m.counted, N, d, d_v, **counts),
+                  predicted_bytes=predicted_bytes(m.counted, N, d, d_v, itemsize=itemsize, **counts),
+                  meta=meta)
+
+
+def _call(m: Method, qkv: tuple[Any, Any, Any], dout: Any) -> Callable[[], Any]:
+    q, k, v = qkv
+    if not m.grad:
+        return lambda: m.fn(q, k, v)
+    import torch
+
+    def step() -> Any:  # forward, then the gradients of q, k, v for a fixed dout
+        out = m.fn(q, k, v)
+        return out, torch.autograd.grad(out, (q, k, v), dout)
+
+    return step
 
 
 def _skip_reason(rec: Record, m: Method, last: Mapping[str, tuple[int, float]], over: Mapping[str, str],
@@ -228,8 +278,8 @@ def _skip_reason(rec: Record, m: Method, last: Mapping[str, tuple[int, float]], 
         return over[m.label]
     if m.label in last:
         n_prev, t_prev = last[m.label]
-        f_prev = flops(m.name, n_prev, rec.d, rec.d_v, causal=m.causal, chunk_size=rec.chunk_size or 64,
-                       batch_heads=rec.batch_heads)
+        f_prev = flops(m.counted, n_prev, rec.d, rec.d_v, causal=m.causal, chunk_size=rec.chunk_size or 64,
+                       batch_heads=rec.batch_heads) * (3 if m.grad else 1)
         predicted = t_prev * rec.flops / f_prev
         rec.predicted_s = predicted
         if predicted > max_call_s:
@@ -249,33 +299,25 @@ def _is_oom(exc: BaseException) -> bool:
         isinstance(exc, RuntimeError) and "out of memory" in str(exc).lower())
 
 
-def _measure(rec: Record, m: Method, qkv: tuple[Any, Any, Any], dev: Any, last: dict[str, tuple[int, float]],
-             over: dict[str, str], max_call_s: float, min_run_time: float, min_repeats: int,
-             max_run_time: float, measure_memory: bool) -> None:
-    q, k, v = qkv
-    call = lambda: m.fn(q, k, v)  # noqa: E731  (a closure over this length's inputs)
+def _warm_up(rec: Record, m: Method, call: Callable[[], Any], dev: Any, over: dict[str, str]) -> float | None:
+    """The first call, timed; None (and the record skipped) if it ran out of memory."""
+    sync = _synchronizer(dev)
     try:
-        t = time_call(call, device=dev, min_run_time=min_run_time, min_repeats=min_repeats,
-                      max_run_time=max_run_time, max_first_s=max_call_s)
-        rec.median_s, rec.q25_s, rec.q75_s, rec.repeats = t.median_s, t.q25_s, t.q75_s, t.repeats
-        if t.first_call_s > max_call_s:
-            over[m.label] = (f"took {t.first_call_s:.2g} s per call at N={rec.N}, over the {max_call_s:g} s "
-                             "budget")
-        if measure_memory:
-            rec.peak_bytes, rec.peak_source = peak_memory(call, device=dev)
+        sync()
+        start = time.perf_counter()
+        call()
+        sync()
+        return time.perf_counter() - start
     except Exception as exc:
         if not _is_oom(exc):
             raise
-        rec.median_s = rec.q25_s = rec.q75_s = None
         rec.skipped = f"out of memory: {type(exc).__name__}: {str(exc).splitlines()[0][:120]}"
         over[m.label] = f"ran out of memory at N={rec.N}"
         if dev.type == "cuda":
             import torch
 
             torch.cuda.empty_cache()
-        return
-    last[m.label] = (rec.N, rec.median_s)
-    rec.gflops = rec.flops / rec.median_s / 1e9
+        return None
 
 
 def measured_records(records: Iterable[Record], method: str, causal: bool) -> list[Record]:
