@@ -1,11 +1,9 @@
 """Run the training chapter's stored experiments: every command is the CLI a reader would type.
 
-    python scripts/stored_runs.py lm-epoch  [--workers 2] [--dry-run]   # one epoch: rates, then seeds
-    python scripts/stored_runs.py lm-sweep  [--workers 2] [--dry-run]   # learning rates, every layer
-    python scripts/stored_runs.py lm-seeds  [--workers 2] [--dry-run]   # three seeds at each layer's rate
+    python scripts/stored_runs.py lm-epoch  [--workers 2] [--dry-run]   # one epoch: rates, seeds, contrasts
     python scripts/stored_runs.py mqar-sweep / mqar-seeds [--workers 2]  # recall against state size
     python scripts/stored_runs.py mqar-capacity [--workers 2]  # recall of 4, 8, 16 pairs at width 32
-    python scripts/stored_runs.py lm-sweep lm-seeds mqar-sweep mqar-seeds mqar-capacity  # all, sweeps first
+    python scripts/stored_runs.py lm-epoch mqar-sweep mqar-seeds mqar-capacity  # all, sweeps first
 
 Each job is one ``python -m linattn_core.train`` (or ``.mqar``) process on one thread, niced, writing
 one JSON into ``linattn_core/lm/results/`` (package data: the chapter reads it through
@@ -34,7 +32,7 @@ sys.path.insert(0, str(ROOT))
 
 from linattn_core.lm import mqar, stored  # noqa: E402  (the repository's package)
 from linattn_core.lm.layers import LAYERS  # noqa: E402
-from linattn_core.lm.stored import RECALL_SWEEP_LRS, RECALL_SWEEP_WIDTH, SEEDS, SWEEP_LRS, SWEEP_STEPS  # noqa: E402
+from linattn_core.lm.stored import RECALL_SWEEP_LRS, RECALL_SWEEP_WIDTH  # noqa: E402
 from linattn_core.lm.train import DIVERGED  # noqa: E402
 
 RESULTS = stored.directory()
@@ -44,16 +42,6 @@ COST = {"gla": 2.4, "deltanet": 1.8, "deltanet_additive": 1.6}
 # The language-model runs as command-line arguments (the plan: linattn_core.lm.stored.lm_runs).
 LM_RUNS = {name: [kind] + ([] if conv is None else ["--conv", str(conv)])
            for name, (kind, conv) in stored.lm_runs().items()}
-
-
-def lm_sweep() -> list[tuple[list[str], Path]]:
-    jobs = []
-    for name, (kind, *extra) in LM_RUNS.items():
-        for lr in SWEEP_LRS:
-            out = RESULTS / f"sweep-{name}-lr{lr}.json"
-            jobs.append((["-m", "linattn_core.train", "--attention", kind, *extra, "--preset", "full",
-                          "--steps", str(SWEEP_STEPS), "--lr", lr], out))
-    return jobs
 
 
 def _epoch_job(name: str, lr: str, seed: int) -> tuple[list[str], Path]:
@@ -99,17 +87,6 @@ def lm_epoch() -> list[tuple[list[str], Path]]:
     return list(first.values())
 
 
-def lm_seeds() -> list[tuple[list[str], Path]]:
-    jobs = []
-    for name, (kind, *extra) in LM_RUNS.items():
-        lr = stored.chosen_lr(name)
-        for seed in SEEDS:
-            out = RESULTS / f"full-{name}-seed{seed}.json"
-            jobs.append((["-m", "linattn_core.train", "--attention", kind, *extra, "--preset", "full",
-                          "--lr", lr, "--seed", str(seed)], out))
-    return jobs
-
-
 def mqar_sweep() -> list[tuple[list[str], Path]]:
     preset = mqar.PRESETS["state"]
     width = str(RECALL_SWEEP_WIDTH)
@@ -140,8 +117,8 @@ def mqar_capacity() -> list[tuple[list[str], Path]]:
     return _recall_runs("capacity")
 
 
-PLANS = {"lm-epoch": lm_epoch, "lm-sweep": lm_sweep, "lm-seeds": lm_seeds, "mqar-sweep": mqar_sweep,
-         "mqar-seeds": mqar_seeds, "mqar-capacity": mqar_capacity}
+PLANS = {"lm-epoch": lm_epoch, "mqar-sweep": mqar_sweep, "mqar-seeds": mqar_seeds,
+         "mqar-capacity": mqar_capacity}
 ORDERED = {"lm-epoch"}  # plans whose own order is the order to run (the others: longest jobs first)
 
 

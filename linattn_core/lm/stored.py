@@ -7,9 +7,11 @@ them the same way in a checkout, after ``pip install``, on Colab and on Binder::
 
     from linattn_core.lm import stored
 
-    stored.names("full-*.json")        # ['full-deltanet-seed0.json', 'full-deltanet-seed1.json', ...]
-    run = stored.load("full-softmax-seed0.json")
+    stored.names("epoch-softmax-*.json")   # ['epoch-softmax-lr1e-2-seed0.json', ...]
+    run = stored.load("epoch-softmax-lr1e-2-seed0.json")
     run["final_val_loss"]
+    stored.epoch_chosen_lr("softmax")      # the rate its one-epoch sweep chose, as written: '1e-2'
+    stored.epoch_runs("softmax")           # {seed: run} at that rate
 """
 
 from __future__ import annotations
@@ -21,16 +23,12 @@ from pathlib import Path
 from typing import Any
 
 __all__ = ["EPOCH_BEYOND", "EPOCH_CLOSE", "EPOCH_CONTRASTS", "EPOCH_CORE", "EPOCH_LRS", "EPOCH_MORE_SEEDS",
-           "EPOCH_OTHERS", "EPOCH_SEEDS", "RECALL_SWEEP_LRS", "RECALL_SWEEP_WIDTH", "SEEDS", "SWEEP_LRS",
-           "SWEEP_STEPS", "SweepIncomplete", "chosen_lr", "chosen_recall_lr", "directory", "epoch_chosen_lr",
-           "epoch_name", "epoch_runs", "epoch_sweep", "lm_runs", "load", "names", "path", "recall_name",
-           "recall_sweep", "sweep"]
+           "EPOCH_OTHERS", "EPOCH_SEEDS", "RECALL_SWEEP_LRS", "RECALL_SWEEP_WIDTH", "SweepIncomplete",
+           "chosen_recall_lr", "directory", "epoch_chosen_lr", "epoch_name", "epoch_runs", "epoch_sweep",
+           "lm_runs", "load", "names", "path", "recall_name", "recall_sweep"]
 
 # The plan the stored files follow, read by scripts/stored_runs.py (which makes them), by
 # tests/lm/test_stored_runs.py (which checks them) and by the training chapter (which shows them).
-SWEEP_LRS = ("1e-3", "3e-3", "1e-2", "3e-2")  # the language model's peak rates, as in the file names
-SWEEP_STEPS = 300  # the language model's sweep: half the ``full`` preset's budget, seed 0
-SEEDS = (0, 1, 2)  # then every layer at its chosen rate, once per seed
 RECALL_SWEEP_LRS = ("1e-3", "3e-3", "1e-2")  # the recall sweep's rates
 RECALL_SWEEP_WIDTH = 48  # the recall sweep tries the rates at the middle width, seed 0
 
@@ -153,9 +151,10 @@ def names(pattern: str = "*.json") -> list[str]:
 
 
 def path(name: str) -> Path:
-    """The path of the stored file ``name`` (e.g. ``"full-softmax-seed0.json"``); a clear error if none."""
+    """The path of the stored file ``name`` (e.g. ``"epoch-softmax-lr1e-2-seed0.json"``); a clear error
+    if there is none."""
     if not isinstance(name, str) or not name or Path(name).name != name:
-        raise ValueError(f"name must be a file name such as 'full-softmax-seed0.json', got {name!r}")
+        raise ValueError(f"name must be a file name such as 'epoch-softmax-lr1e-2-seed0.json', got {name!r}")
     found = directory() / name
     if not found.is_file():
         raise FileNotFoundError(f"no stored result {name!r} in {directory()}; the stored files are: "
@@ -166,25 +165,6 @@ def path(name: str) -> Path:
 def load(name: str) -> dict[str, Any]:
     """The stored result ``name``, read from its JSON file."""
     return json.loads(path(name).read_text(encoding="utf-8"))
-
-
-def sweep(kind: str) -> dict[str, dict[str, Any]]:
-    """The stored learning-rate sweep of one layer: ``{rate as written: result}`` from the files
-    ``sweep-KIND-lrRATE.json`` (the same budget and seed for every rate)."""
-    prefix = f"sweep-{kind}-lr"
-    runs = {name[len(prefix):-len(".json")]: load(name) for name in names(f"{prefix}*.json")}
-    if not runs:
-        raise FileNotFoundError(f"no stored learning-rate sweep for {kind!r} (files {prefix}*.json)")
-    return runs
-
-
-def chosen_lr(kind: str) -> str:
-    """The rate of the layer's sweep with the lowest final validation loss, as written in its file name
-    (a run that diverged has no final loss and is never chosen)."""
-    runs = {lr: run for lr, run in sweep(kind).items() if run["final_val_loss"] is not None}
-    if not runs:
-        raise ValueError(f"every rate of the sweep of {kind!r} diverged: sweep lower rates")
-    return min(runs, key=lambda lr: runs[lr]["final_val_loss"])
 
 
 def recall_sweep(kind: str) -> dict[str, dict[str, Any]]:

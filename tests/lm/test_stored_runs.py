@@ -1,8 +1,9 @@
 """The stored experiments of the training chapter (linattn_core/lm/results/, made by scripts/stored_runs.py).
 
-- the language model on Shakespeare: a learning-rate sweep of every layer (``sweep-KIND-lrRATE.json``,
-  four rates spanning 30x, 300 steps (half the budget), seed 0), then three seeds at the chosen rate
-  (``full-KIND-seedS.json``, the ``full`` preset's 600 steps);
+- the language model on Shakespeare, one epoch (the ``epoch`` preset, ``epoch-NAME-lrRATE-seedS.json``):
+  a learning-rate sweep of every layer with seed 0 (four rates spanning 30x, and the next one past an
+  edge where the best sits there), then more seeds at the chosen rate, and the runs the contrasts
+  need (one side at the other's rate; two more seeds where a gap is small);
 - recall (MQAR): the sweep of the rate at width 48 (``mqar-sweep-KIND-lrRATE.json``), then every width
   and seed of the ``state`` preset at the chosen rate (``mqar-KIND-wWIDTH-seedS.json``), and every
   number of pairs and seed of the ``capacity`` preset (``mqar-capacity-KIND-pPAIRS-seedS.json``).
@@ -26,19 +27,21 @@ torch = pytest.importorskip("torch")
 
 from linattn_core.lm import data, mqar, stored  # noqa: E402 - after the importorskip
 from linattn_core.lm import train as T  # noqa: E402
-from linattn_core.lm.stored import RECALL_SWEEP_LRS, RECALL_SWEEP_WIDTH, SEEDS, SWEEP_LRS, SWEEP_STEPS  # noqa: E402
+from linattn_core.lm.stored import RECALL_SWEEP_LRS, RECALL_SWEEP_WIDTH  # noqa: E402
 
 LM_RUNS = stored.lm_runs()  # every layer as the paper has it, and softmax-conv4, by file name
 REPLAY = 3  # first training losses recomputed per stored run
-LM_FILES = stored.names("sweep-*.json") + stored.names("full-*-seed*.json")
+LM_FILES = stored.names("epoch-*.json")
 MQAR_FILES = stored.names("mqar-*.json")
+EPOCH_NAME = re.compile(r"epoch-(.+)-lr(.+)-seed(\d+)\.json")
 
 
-def test_every_layer_has_its_sweep_and_seeds():
-    want = [f"sweep-{k}-lr{lr}.json" for k in LM_RUNS for lr in SWEEP_LRS]
-    want += [f"full-{k}-seed{s}.json" for k in LM_RUNS for s in SEEDS]
-    missing = sorted(set(want) - set(stored.names()))
-    assert not missing, f"not stored yet ({len(missing)}): {missing[:6]}...: python scripts/stored_runs.py"
+def test_the_epoch_plan_names_every_layer_once():
+    plan = stored.EPOCH_CORE + stored.EPOCH_OTHERS
+    assert sorted(plan) == sorted(LM_RUNS) and len(set(plan)) == len(plan)
+    assert {a for _, a, _ in stored.EPOCH_CONTRASTS} | {b for _, _, b in stored.EPOCH_CONTRASTS} <= set(plan)
+    rates = sorted(float(r) for r in stored.EPOCH_LRS)
+    assert rates[-1] / rates[0] >= 30  # the sweep spans at least 30x
 
 
 def test_every_recall_run_is_stored():
@@ -49,43 +52,62 @@ def test_every_recall_run_is_stored():
     assert not missing, f"not stored yet ({len(missing)}): {missing[:6]}...: python scripts/stored_runs.py"
 
 
-def test_a_rate_that_diverged_is_never_chosen(monkeypatch):
-    runs = {"1e-3": {"final_val_loss": 2.0}, "1e-2": {"final_val_loss": 1.9},
-            "3e-2": {"final_val_loss": None}}
-    monkeypatch.setattr(stored, "sweep", lambda kind: runs)
-    assert stored.chosen_lr("x") == "1e-2"
-    monkeypatch.setattr(stored, "sweep", lambda kind: {"3e-2": {"final_val_loss": None}})
-    with pytest.raises(ValueError, match="every rate of the sweep of 'x' diverged"):
-        stored.chosen_lr("x")
+def _sweep_of(monkeypatch, losses):
+    runs = {lr: {"final_val_loss": v, "diverged_at": None if v is not None else 5}
+            for lr, v in losses.items()}
+    monkeypatch.setattr(stored, "epoch_sweep", lambda name: runs)
+
+
+def test_the_epoch_sweep_chooses_inside_its_range(monkeypatch):
+    _sweep_of(monkeypatch, {"1e-3": 2.0, "3e-3": 1.8, "1e-2": 1.9, "3e-2": None})
+    assert stored.epoch_chosen_lr("x") == "3e-3"
+    _sweep_of(monkeypatch, {"1e-3": 2.0, "3e-3": 1.8})  # a rate of the sweep not stored yet
+    with pytest.raises(stored.SweepIncomplete) as missing:
+        stored.epoch_chosen_lr("x")
+    assert missing.value.rates == ("1e-2", "3e-2")
+    _sweep_of(monkeypatch, {"1e-3": 1.7, "3e-3": 1.8, "1e-2": 1.9, "3e-2": 2.0})  # best at the low edge
+    with pytest.raises(stored.SweepIncomplete) as edge:
+        stored.epoch_chosen_lr("x")
+    assert edge.value.rates == ("3e-4",)
+    _sweep_of(monkeypatch, {"3e-4": 1.75, "1e-3": 1.7, "3e-3": 1.8, "1e-2": 1.9, "3e-2": 2.0})
+    assert stored.epoch_chosen_lr("x") == "1e-3"  # now inside
+    _sweep_of(monkeypatch, {"1e-3": None, "3e-3": None, "1e-2": None, "3e-2": None})
+    with pytest.raises(ValueError, match="every rate of the one-epoch sweep of 'x' diverged"):
+        stored.epoch_chosen_lr("x")
+
+
+def test_a_recall_rate_that_diverged_is_never_chosen(monkeypatch):
     recall = {"1e-3": {"final_accuracy": 0.5, "final_loss": 1.0}, "1e-2": {"final_accuracy": None}}
     monkeypatch.setattr(stored, "recall_sweep", lambda kind: recall)
     assert stored.chosen_recall_lr("x") == "1e-3"
 
 
-def _lm_expected(name: str, run: dict) -> dict:
-    """The configuration the file's name and recorded command say it ran."""
-    m = re.fullmatch(r"sweep-(.+)-lr(.+)\.json", name) or re.fullmatch(r"full-(.+)-seed(\d+)\.json", name)
+def _expected(name: str, run: dict) -> dict:
+    """The configuration the file's name says it ran: the epoch preset, the layer, the rate, the seed."""
+    m = EPOCH_NAME.fullmatch(name)
     assert m, name
     kind, conv = LM_RUNS[m.group(1)]
-    preset = replace(T.PRESETS["full"], attention=kind, conv=conv)
-    if name.startswith("sweep-"):
-        return asdict(replace(preset, lr=float(m.group(2)), max_steps=SWEEP_STEPS))
-    return asdict(replace(preset, seed=int(m.group(2)), lr=run["config"]["lr"]))
+    return asdict(replace(T.PRESETS["epoch"], attention=kind, conv=conv, lr=float(m.group(2)),
+                          seed=int(m.group(3))))
 
 
 @pytest.mark.parametrize("name", LM_FILES)
 def test_stored_lm_run_is_the_recorded_command_run_to_its_end(name):
     run = stored.load(name)
-    assert run["config"] == _lm_expected(name, run), "the preset changed: rerun it"
-    kind, conv = run["config"]["attention"], run["config"]["conv"]
-    assert run["command"].startswith(f"python -m linattn_core.train --attention {kind} ")
-    assert "--preset full" in run["command"] and "--lr " in run["command"] and run["preset"] == "full"
-    assert (f"--conv {conv}" in run["command"]) == (conv is not None)
+    assert run["config"] == _expected(name, run), "the preset changed: rerun it"
+    kind, conv, lr, seed = (run["config"][k] for k in ("attention", "conv", "lr", "seed"))
+    m = EPOCH_NAME.fullmatch(name)
+    assert run["command"] == (f"python -m linattn_core.train --attention {kind}"
+                              + ("" if conv is None else f" --conv {conv}")
+                              + f" --preset epoch --lr {m.group(2)} --seed {seed} --threads 1 --no-progress"
+                              f" --out linattn_core/lm/results/{name}")
+    assert run["preset"] == "epoch" and float(m.group(2)) == lr
     assert run["hardware"]["threads"] == 1 and len(run["git_commit"] or "") == 40
     curves = run["curves"]
     assert curves["step"][: T.FIRST_LOSSES] == list(range(T.FIRST_LOSSES))
-    if run.get("diverged_at") is not None:  # a rate too high: a sweep's result, never a seed's
-        assert name.startswith("sweep-")
+    assert len(curves["val_train_s"]) == len(curves["val_step"])
+    if run.get("diverged_at") is not None:  # a rate too high: a sweep's result (seed 0), never a seed's
+        assert seed == 0
         assert run["steps_done"] == run["diverged_at"] < run["config"]["max_steps"]
         assert run["final_val_loss"] is None and curves["val_step"][-1] <= run["diverged_at"]
         return
@@ -93,12 +115,13 @@ def test_stored_lm_run_is_the_recorded_command_run_to_its_end(name):
     assert curves["val_step"][-1] == run["steps_done"] and run["final_val_loss"] == curves["val_loss"][-1]
 
 
-@pytest.mark.parametrize("name", stored.names("full-*-seed*.json"))
-def test_seeds_ran_at_the_rate_their_sweep_chose(name):
-    run = stored.load(name)
-    assert run["config"]["lr"] == float(stored.chosen_lr(name.removeprefix("full-").rsplit("-seed", 1)[0]))
-    # learned from context: far below the entropy of the characters' frequencies
-    assert run["final_val_loss"] < run["unigram_entropy"] - 0.4
+@pytest.mark.parametrize("name", [n for n in LM_FILES if not n.endswith("-seed0.json")])
+def test_more_seeds_ran_at_a_rate_a_sweep_chose(name):
+    """A seed past 0 runs at its layer's chosen rate, or at the rate the other side of one of its
+    contrasts chose (the contrast read at one shared rate)."""
+    layer, lr, _ = EPOCH_NAME.fullmatch(name).groups()
+    partners = {a for _, a, b in stored.EPOCH_CONTRASTS if b == layer}
+    assert lr in {stored.epoch_chosen_lr(layer)} | {stored.epoch_chosen_lr(a) for a in partners}
 
 
 @pytest.fixture(scope="module")

@@ -38,12 +38,23 @@ def test_lr_sweep_rings_the_chosen_rate():
 
 def test_seed_curves_band_spans_the_lowest_and_highest_seed():
     runs = {"elu+1": [run(0, [4.0, 2.5, 2.0]), run(1, [4.0, 2.7, 2.2]), run(2, [4.0, 2.6, 1.9])]}
-    fig = vt.seed_curves_figure(runs, tokens_per_step=1000, unigram=3.3)
+    fig = vt.seed_curves_figure(runs, tokens_per_step=1000, baselines={"unigram": 3.3, "bigram": 2.5})
     band, mean = fig.data
+    assert [s.y0 for s in fig.layout.shapes] == [3.3, 2.5]  # the baselines as lines
     assert band.fill == "toself" and band.showlegend is False
     assert_close(np.array(band.y), [4.0, 2.7, 2.2, 1.9, 2.5, 4.0], dtype="float64")  # max out, min back
     assert_close(np.array(mean.x), [0.0, 0.25, 0.5], dtype="float64")  # millions of characters
     assert_close(np.array(mean.y), [4.0, 2.6, 2.0333333333333333], dtype="float64")
+
+
+def test_seed_curves_against_the_seconds_spent_training():
+    runs = {"gla": [run(0, [4.0, 2.5, 2.0]), run(1, [4.0, 2.7, 2.2])]}
+    runs["gla"][0]["curves"]["val_train_s"] = [0.0, 60.0, 120.0]
+    runs["gla"][1]["curves"]["val_train_s"] = [0.0, 90.0, 180.0]
+    mean = vt.seed_curves_figure(runs, tokens_per_step=1000, x="seconds").data[1]
+    assert_close(np.array(mean.x), [0.0, 1.25, 2.5], dtype="float64")  # minutes, the seeds' mean clock
+    with pytest.raises(ValueError, match="characters' or 'seconds'"):
+        vt.seed_curves_figure(runs, tokens_per_step=1000, x="steps")
 
 
 def test_seed_curves_refuse_seeds_evaluated_at_different_steps():
@@ -59,7 +70,10 @@ def test_contrast_rows_show_each_seed_and_the_mean():
     seeds, mean = fig.data
     assert_close(np.array(seeds.x), [-0.2, -0.05, -0.25], dtype="float64")
     assert_close(np.array(mean.x), [c.gap], dtype="float64")
-    assert "deltanet lower" in mean.hovertemplate
+    low, high = c.interval
+    assert_close([mean.error_x.array[0], mean.error_x.arrayminus[0]], [high - c.gap, c.gap - low],
+                 dtype="float64")
+    assert c.verdict in mean.hovertemplate
 
 
 def test_recall_points_are_the_seed_means_with_their_range():

@@ -30,6 +30,7 @@ LAYER_STYLE: dict[str, tuple[str, str]] = {
     "retnet": ("#D55E00", "solid"),
     "retnet_no_decay": ("#D55E00", "dot"),
     "simple_gla": ("#E69F00", "solid"),
+    "simple_gla_const": ("#E69F00", "dot"),  # its control: the gate without its input
     "gla": ("#A06A00", "solid"),
     "deltanet": ("#009E73", "solid"),
     "deltanet_additive": ("#009E73", "dot"),
@@ -75,9 +76,14 @@ def lr_sweep_figure(sweeps: Mapping[str, Mapping[str, Mapping]], chosen: Mapping
 
 
 def seed_curves_figure(runs: Mapping[str, Sequence[Mapping]], *, tokens_per_step: int,
-                       unigram: float | None = None, title: str | None = None) -> go.Figure:
-    """Validation loss against tokens seen: each layer's mean over its seeds, and a band from the
-    lowest to the highest seed at every evaluation. ``runs``: ``{kind: [run of each seed]}``."""
+                       baselines: Mapping[str, float] | None = None, x: str = "characters",
+                       title: str | None = None) -> go.Figure:
+    """Validation loss against the characters seen (``x="characters"``) or the seconds spent training
+    (``x="seconds"``, the mean of the seeds' clocks): each layer's mean over its seeds, and a band from
+    the lowest to the highest seed at every evaluation. ``runs``: ``{kind: [run of each seed]}``;
+    ``baselines``: ``{label: loss}`` drawn as dotted lines (the count n-grams, the unigram entropy)."""
+    if x not in ("characters", "seconds"):
+        raise ValueError(f"x must be 'characters' or 'seconds', got {x!r}")
     fig = go.Figure()
     for kind, seeds in runs.items():
         colour, dash = style_of(kind)
@@ -85,31 +91,36 @@ def seed_curves_figure(runs: Mapping[str, Sequence[Mapping]], *, tokens_per_step
         if any(list(r["curves"]["val_step"]) != list(steps) for r in seeds):
             raise ValueError(f"{kind}: the seeds were evaluated at different steps")
         losses = np.array([r["curves"]["val_loss"] for r in seeds])  # (seeds, evaluations)
-        x = steps * tokens_per_step / 1e6
-        fig.add_trace(go.Scatter(x=np.concatenate([x, x[::-1]]),
+        if x == "characters":
+            xs, unit = steps * tokens_per_step / 1e6, "M characters"
+        else:
+            xs, unit = np.array([r["curves"]["val_train_s"] for r in seeds]).mean(0) / 60, "min"
+        fig.add_trace(go.Scatter(x=np.concatenate([xs, xs[::-1]]),
                                  y=np.concatenate([losses.max(0), losses.min(0)[::-1]]),
                                  fill="toself", fillcolor=_rgba(colour, 0.18), line={"width": 0},
                                  legendgroup=kind, showlegend=False, hoverinfo="skip", name=f"{kind} seeds"))
-        fig.add_trace(go.Scatter(x=x, y=losses.mean(0), name=kind, legendgroup=kind, mode="lines",
+        fig.add_trace(go.Scatter(x=xs, y=losses.mean(0), name=kind, legendgroup=kind, mode="lines",
                                  line={"color": colour, "dash": dash, "width": 2},
                                  customdata=np.stack([losses.min(0), losses.max(0)], -1),
-                                 hovertemplate=(f"{kind}<br>%{{x:.2f}} M tokens<br>mean %{{y:.3f}}"
+                                 hovertemplate=(f"{kind}<br>%{{x:.2f}} {unit}<br>mean %{{y:.3f}}"
                                                 "<br>seeds %{customdata[0]:.3f} to %{customdata[1]:.3f}"
                                                 "<extra></extra>")))
-    if unigram is not None:
-        fig.add_hline(y=unigram, line_dash="dot", line_color="grey",
-                      annotation_text="unigram entropy", annotation_position="top right")
-    fig.update_xaxes(title="characters seen (millions)")
+    for label, value in (baselines or {}).items():
+        fig.add_hline(y=value, line_dash="dot", line_color="grey", annotation_text=label,
+                      annotation_position="top right")
+    fig.update_xaxes(title="characters seen (millions)" if x == "characters"
+                     else "time spent training, evaluations excluded (minutes, mean of the seeds)")
     fig.update_yaxes(title="validation loss (nats per character)")
     finish(fig, title=title, alt="Validation loss falling with training, one line per layer (the mean of its "
-           "seeds) inside a band from its lowest to its highest seed.", height=480)
+           "seeds) inside a band from its lowest to its highest seed; dotted lines mark count n-gram "
+           "baselines.", height=480)
     return legend_below(fig)
 
 
 def contrast_figure(rows: Sequence[tuple[str, Any]], *, x_title: str = "difference in final validation loss "
                     "(nats/char)", title: str | None = None) -> go.Figure:
-    """One row per contrast ``(label, Contrast)``: each seed's gap (dots), the mean gap (a bar tick),
-    and zero. A row whose dots straddle zero is not decided by these seeds."""
+    """One row per contrast ``(label, Contrast)``: each seed's gap (dots), the mean gap (a tick) with its
+    t interval (a bar), and zero. A row whose bar crosses zero is not decided by these seeds."""
     fig = go.Figure()
     labels = [label for label, _ in rows]
     for label, c in rows:
@@ -118,16 +129,20 @@ def contrast_figure(rows: Sequence[tuple[str, Any]], *, x_title: str = "differen
                                  marker={"color": colour, "size": 10, "symbol": "circle-open"},
                                  showlegend=False,
                                  hovertemplate=f"{label}<br>one seed: %{{x:+.4f}}<extra></extra>"))
+        low, high = c.interval
         fig.add_trace(go.Scatter(x=[c.gap], y=[label], mode="markers", showlegend=False,
                                  marker={"color": colour, "size": 16, "symbol": "line-ns-open",
                                          "line": {"width": 3, "color": colour}},
-                                 hovertemplate=(f"{label}<br>mean gap %{{x:+.4f}} ({c.verdict})"
-                                                "<extra></extra>")))
+                                 error_x={"type": "data", "symmetric": False, "array": [high - c.gap],
+                                          "arrayminus": [c.gap - low], "color": colour, "thickness": 1.5},
+                                 hovertemplate=(f"{label}<br>mean gap %{{x:+.4f}}, {c.level:.0%} interval"
+                                                f" {low:+.4f} to {high:+.4f} ({c.verdict})<extra></extra>")))
     fig.add_vline(x=0.0, line_color="grey", line_dash="dot")
     fig.update_xaxes(title=x_title, zeroline=False)
     fig.update_yaxes(categoryorder="array", categoryarray=labels[::-1], automargin=True)
     finish(fig, title=title, alt="For each pair of layers, the difference of their final losses seed by seed "
-           "(open circles) and on average (a tick); left of zero the first layer is lower.",
+           "(open circles) and on average (a tick, with a bar for its interval); left of zero the first "
+           "layer is lower.",
            height=120 + 44 * len(rows))
     return fig
 
