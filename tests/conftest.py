@@ -68,7 +68,7 @@ def batch_id(batch) -> str:
     return "B" + ("x".join(map(str, batch)) or "0")
 
 
-TIERS = ("core", "fast", "lm", "tools", "book")
+TIERS = ("core", "fast", "lm", "tools", "book", "machine")
 
 
 def pytest_collection_modifyitems(config, items):

@@ -1,8 +1,8 @@
 """The O(N)-memory backward pass (linattn_core.linear_grad) against autograd through the references.
 
 Gradients are compared in float64 with the quadratic references (kernel_attention and
-decayed_kernel_attention) differentiated by autograd; gradcheck and gradgradcheck on small sizes; the
-memory of a forward + backward is measured (peak resident set), not assumed.
+decayed_kernel_attention) differentiated by autograd; gradcheck and gradgradcheck on small sizes. The
+memory of a forward + backward is measured (peak resident set) in ``tests/machine/test_measured_memory.py``.
 """
 
 from __future__ import annotations
@@ -10,7 +10,6 @@ from __future__ import annotations
 import math
 
 import pytest
-from _measure import median_peak, one_thread, slope
 from _tolerances import assert_close
 
 torch = pytest.importorskip("torch")
@@ -261,43 +260,3 @@ def test_dtype_and_device_are_kept(dtype, device):
         (got,) = torch.autograd.grad(out, q, dout)
         assert out.dtype == got.dtype == dtype and got.device.type == out.device.type == device
         assert_close(got, want.to(dtype=dtype), dtype=dtype)
-
-
-def _train_peak(n, nb, d, off=False, repeats=3):
-    # the peak extra memory of one forward + backward (median_peak: warmed up, median of `repeats`)
-    gen = torch.Generator().manual_seed(8)
-    q, k, v, dout = (torch.randn(nb, n, d, generator=gen, dtype=F64) for _ in range(4))
-    q, k, v = (x.requires_grad_() for x in (q, k, v))
-
-    def step():
-        out = linear_attention(q, k, v, causal=True, method="cumsum" if off else "chunked")
-        return out, torch.autograd.grad(out, (q, k, v), dout)
-
-    return median_peak(step, repeats=repeats)
-
-
-def test_memory_is_linear_in_n_and_never_a_prefix_state_tensor(monkeypatch):
-    """Measured: the extra memory of a forward + backward grows like N (out, dq, dk, dv), and stays
-    far below the N x d_phi x d_v prefix states that autograd through the cumsum form keeps.
-
-    The growth per token is a least-squares slope over three lengths, each point the median of three
-    measurements: one measurement moves by up to a tensor (allocator rounding, pages it kept). Measured:
-    3.8 to 5.2 tensors per token, also with glibc's malloc tuned otherwise (a fixed mmap threshold, no
-    trimming, one arena, huge pages); the bounds sit a factor of two or more away from that.
-    """
-    monkeypatch.setattr(linear_grad, "_BLOCK_ROWS", 1024)  # small blocks: the O(N) part dominates
-    nb, d, lengths = 2, 64, [4096, 8192, 16384]
-    tensor = nb * d * 8  # bytes per token of one (nb, N, d) float64 tensor
-    prefix = nb * d * d * 8  # bytes per token of the prefix states S_t: d = 64 such tensors
-    with one_thread():
-        peaks = [_train_peak(n, nb, d) for n in lengths]
-        if None in peaks:
-            pytest.skip("peak memory is not measurable here")
-        # what it replaces: autograd through the cumsum form keeps every prefix state (measured: 4-5x)
-        off = _train_peak(1024, nb, d, off=True, repeats=1)
-    growth = slope(lengths, peaks)
-    # out, dq, dk, dv must grow with N: 4 tensors per token; half of that would mean the measurement
-    # misses them, three times that several O(N) buffers too many
-    assert 2 * tensor <= growth <= 12 * tensor, f"{growth / tensor:.2f} tensors per token"
-    assert growth <= prefix / 4 and peaks[-1] <= prefix * lengths[-1] / 4
-    assert off >= prefix * 1024
