@@ -8,7 +8,8 @@ Everything a timing claim in the book rests on lives here, so that it can be rea
   :func:`environment` records hardware and software;
 - :mod:`~linattn_core.tools.timing.clock`: :func:`time_calls`, the one timer, times several callables
   interleaved (warm-up, accelerator synchronisation, blocks of each in turn round after round; median
-  and inter-quartile range), :func:`time_call` one of them, :func:`noisy` flags a spread wider than
+  and inter-quartile range), :func:`time_call` one of them, :func:`time_steps` stateful steps (a
+  generated token), :func:`noisy` flags a spread wider than
   its median; :func:`matmul_rate` and :func:`copy_rate` measure the machine's rates;
 - :mod:`~linattn_core.tools.timing.memory`: :func:`peak_memory` *measures* the extra memory a call needs;
 - :mod:`~linattn_core.tools.timing.cost`: the one cost model, :func:`flops`, :func:`bytes_moved`,
@@ -45,7 +46,7 @@ from ..._provenance import (
     pick_device,
     torch_device,
 )
-from .clock import Timing, copy_rate, matmul_rate, noisy, time_call, time_calls
+from .clock import Timing, copy_rate, matmul_rate, noisy, time_call, time_calls, time_steps
 from .cost import (
     COUNTED,
     METHODS,
@@ -99,5 +100,6 @@ __all__ = [
     "time_call",
     "time_calls",
     "time_figure",
+    "time_steps",
     "torch_device",
 ]

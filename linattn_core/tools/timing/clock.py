@@ -3,9 +3,11 @@
 :func:`time_calls` is the one timer: several callables timed *interleaved*, a block of calls of each in
 turn, round after round (each round starting one callable further on), so that a machine that speeds
 up or slows down while it runs moves them all alike, and their quartiles show how much it moved.
-:func:`time_call` is the same timer for one callable. Accelerators are synchronised before every
-reading of the clock. :func:`matmul_rate` and :func:`copy_rate` measure the yardsticks a roofline
-needs, on the spot; :func:`noisy` says when a spread is too wide for a verdict.
+:func:`time_call` is the same timer for one callable, :func:`time_steps` for callables that change
+what they act on (a generated token grows its cache), a fixed number of calls each. Accelerators
+are synchronised before every reading of the clock. :func:`matmul_rate` and :func:`copy_rate`
+measure the yardsticks a roofline needs, on the spot; :func:`noisy` says when a spread is too wide
+for a verdict.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ import numpy as np
 from ..._provenance import torch_device, torch_dtype
 from .cost import check_sizes
 
-__all__ = ["Timing", "copy_rate", "matmul_rate", "noisy", "time_call", "time_calls"]
+__all__ = ["Timing", "copy_rate", "matmul_rate", "noisy", "time_call", "time_calls", "time_steps"]
 
 
 @dataclass(frozen=True)
@@ -136,16 +138,39 @@ def time_calls(calls: Mapping[str, Callable[[], Any]], *, device: Any = None, mi
         run_time = max(min_run_time, min(min_repeats * first, max(max_run_time, 3 * first)))
         number = max(1, math.ceil(1e-3 / first))
         plan[name] = (number, max(3, math.ceil(run_time / (number * first))))
-    times: dict[str, list[float]] = {name: [] for name in plan}
-    names = list(plan)
-    for r in range(max((blocks for _, blocks in plan.values()), default=0)):
-        for i in range(len(names)):
-            name = names[(r + i) % len(names)]
-            number, blocks = plan[name]
-            if len(times[name]) < blocks:
-                times[name].append(_clocked(calls[name], number, sync) / number)
+    times = _rounds({name: (calls[name], number, blocks) for name, (number, blocks) in plan.items()}, sync)
     return {name: _timing_from(times[name], plan[name][0], firsts[name]) if name in plan
             else _timing_from([firsts[name]], 1, firsts[name]) for name in calls}
+
+
+def time_steps(steps: Mapping[str, Callable[[], Any]], rounds: int, *, device: Any = None,
+               warmup: int = 1) -> dict[str, Timing]:
+    """Time callables that change what they act on, such as one generated token (its cache grows), with
+    the same interleaving as :func:`time_calls`: each is called exactly ``warmup + rounds`` times, one
+    call of each per round, each round starting one callable further on; the first ``warmup`` rounds
+    are not timed, and every timed call is one sample (blocks of one call, so that the caller knows
+    exactly which states were timed). ``first_call_s`` is the last warm-up call's time."""
+    if rounds < 1 or warmup < 0:
+        raise ValueError(f"rounds={rounds} must be at least 1 and warmup={warmup} at least 0")
+    sync = _synchronizer(device)
+    warm = _rounds({name: (fn, 1, warmup) for name, fn in steps.items()}, sync) if warmup else {}
+    times = _rounds({name: (fn, 1, rounds) for name, fn in steps.items()}, sync, start=warmup)
+    return {name: _timing_from(times[name], 1, warm[name][-1] if warm else times[name][0]) for name in steps}
+
+
+def _rounds(work: Mapping[str, tuple[Callable[[], Any], int, int]], sync: Callable[[], None], *,
+            start: int = 0) -> dict[str, list[float]]:
+    # work: name -> (fn, calls per block, blocks); one block of each name per round, round r starting at
+    # name (start + r) mod count; returns the seconds per call of every block
+    names = list(work)
+    times: dict[str, list[float]] = {name: [] for name in names}
+    for r in range(max((blocks for _, _, blocks in work.values()), default=0)):
+        for i in range(len(names)):
+            name = names[(start + r + i) % len(names)]
+            fn, number, blocks = work[name]
+            if len(times[name]) < blocks:
+                times[name].append(_clocked(fn, number, sync) / number)
+    return times
 
 
 def _clocked(fn: Callable[[], Any], number: int, sync: Callable[[], None]) -> float:

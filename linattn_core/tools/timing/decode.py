@@ -9,13 +9,11 @@ of a model batched together, so the numbers are the attention part of one genera
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
 from typing import Any
 
-import numpy as np
-
 from ...streaming import KVCache, LinearAttentionState
+from .clock import time_steps
 
 __all__ = ["MEMORIES", "decode_times"]
 
@@ -71,23 +69,15 @@ def _time(which: str, contexts: list, batch: int, heads: int, d: int, repeats: i
     g = torch.Generator().manual_seed(seed)
     pool = torch.randn((64, 3, batch, heads, d), generator=g).to(device)  # q, k, v of 64 tokens, cycled
     mems = [_filled(which, n - repeats - 1, batch, heads, d, pool) for n in contexts]
-    times: list[list[float]] = [[] for _ in contexts]
-    for r in range(repeats + 1):  # round 0: the untimed first query of each memory
-        for j in _round(len(contexts), r):
-            mem = mems[j]
-            q, k, v = pool[mem.t % 64]
-            start = time.perf_counter()
-            mem.step(q, k, v)
-            if device == "cuda":
-                torch.cuda.synchronize()
-            if r:
-                times[j].append(time.perf_counter() - start)
-    rows = []
-    for n, mem, ts in zip(contexts, mems, times, strict=True):
-        q25, median, q75 = (float(x) for x in np.quantile(ts, [0.25, 0.5, 0.75]))
-        rows.append({"N": n, "median_s": median, "q25_s": q25, "q75_s": q75, "repeats": len(ts),
-                     "bytes_per_sequence": mem.nbytes // batch})
-    return rows
+
+    def stepper(mem: Any) -> Any:
+        return lambda: mem.step(*pool[mem.t % 64])
+
+    # the one interleaved timer for steps that grow their memory: an untimed round, then `repeats`
+    timings = time_steps({j: stepper(mem) for j, mem in enumerate(mems)}, repeats, device=device, warmup=1)
+    return [{"N": n, "median_s": t.median_s, "q25_s": t.q25_s, "q75_s": t.q75_s, "repeats": t.repeats,
+             "bytes_per_sequence": mem.nbytes // batch}
+            for n, mem, t in zip(contexts, mems, timings.values(), strict=True)]
 
 
 def _filled(which: str, t: int, batch: int, heads: int, d: int, pool: Any) -> KVCache | LinearAttentionState:
@@ -99,7 +89,3 @@ def _filled(which: str, t: int, batch: int, heads: int, d: int, pool: Any) -> KV
         add(k, v)
     return mem
 
-
-def _round(count: int, r: int) -> list[int]:
-    # the contexts in round r: all of them, starting at r mod count
-    return [(r + i) % count for i in range(count)]
