@@ -83,6 +83,7 @@ class Case:
     args: tuple
     batch_ndim: int = 0
     large: bool = False  # large-magnitude inputs: tests numerical stability
+    group: str | None = None  # its group of inputs for partial credit (None: read from the rest)
 
     @property
     def batched(self) -> bool:
