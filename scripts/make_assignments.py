@@ -3,10 +3,14 @@
 The graded cells call the same ``check()`` the chapters call, so a learner's grade and the feedback
 in the book can never disagree; the solution cells are the exercises' own reference solutions,
 between nbgrader's ``### BEGIN SOLUTION`` / ``### END SOLUTION`` markers (the released notebook
-gets ``raise NotImplementedError()`` there instead). Each auto-checked exercise is worth its
-difficulty in points (one per star). Each open exercise (``exercises.OPEN``) comes with its
-statement, read from the chapter, its rubric and an answer cell graded by hand for the rubric's
-points.
+gets ``raise NotImplementedError()`` there instead). Each auto-checked exercise is graded in one
+cell per group of its inputs (plain values, batch dimensions, edge cases, memory), each worth its
+points (``Exercise.points()``: four per star in all), so a partly right answer gets part of them.
+Each open exercise (``exercises.OPEN``) comes with its statement, read from the chapter, its rubric
+and an answer cell graded by hand for the rubric's points; the model answer in the instructor's copy
+comes from the teacher's file (``teacher/model_answers.json``), never from the package. Beside each
+assignment, ``chapter/<chapter>.ipynb`` is the chapter's notebook without its solutions: the one the
+assignment tells learners to work in.
 
     python scripts/make_assignments.py                    # into _build/assignments/
     python scripts/make_assignments.py --out DIR causal   # only some chapters
@@ -15,8 +19,10 @@ points.
 
 ``--summative`` writes notebooks whose first cell calls ``exercises.summative(max_hints=N)``:
 ``solution()`` is off, ``hint(n)`` answers only ``n <= N`` (``--hints``, default 0: none), and
-``check()`` also refuses the kit's own solutions. ``make assignments ASSIGNMENTS="--summative
---hints 1"`` passes the options through make (the variable ``ASSIGNMENTS`` is read as extra options).
+``check()`` also refuses the kit's own solutions. The mode is locked (``formative()`` in a learner's
+cell does nothing) and every graded cell calls ``summative`` again before its ``check()``.
+``make assignments ASSIGNMENTS="--summative --hints 1"`` passes the options through make (the
+variable ``ASSIGNMENTS`` is read as extra options).
 
 Then, in the output folder (nbgrader reads its nbgrader_config.py): ``nbgrader generate_assignment
 causal``, collect the learners' notebooks into ``submitted/<learner>/causal/``, ``nbgrader
@@ -27,6 +33,7 @@ only: nothing here is committed.
 from __future__ import annotations
 
 import argparse
+import inspect
 import os
 import re
 import shlex
@@ -40,8 +47,8 @@ import nbformat
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from linattn_core.tools import exercises  # noqa: E402  (the repository's package, not an installed copy)
-from scripts.sync_notebooks import setup_cell_source  # noqa: E402  (the book's home, _config.yml)
+from linattn_core.tools import course, exercises  # noqa: E402  (the repository's package, not an installed copy)
+from scripts.sync_notebooks import BOOK, build_notebook, setup_cell_source  # noqa: E402  (_config.yml)
 
 DEFAULT_OUT = ROOT / "_build" / "assignments"
 
@@ -122,14 +129,32 @@ def statement(ex: exercises.OpenExercise) -> str:
 
 def solution_cell(ex: exercises.Exercise) -> str:
     """The reader's function: its signature, then the reference body between nbgrader's markers."""
-    signature, body = ex.solution_source().split("\n", 1)
+    # read from the kit's source, whatever the mode of this process (solution_source() says nothing
+    # in graded work): the instructor's copy; nbgrader takes it out of the learner's
+    source = textwrap.dedent(inspect.getsource(ex.solution_fn)).rstrip()
+    source = source.replace(f"def {ex.solution_fn.__name__}(", f"def {ex.fn_name}(", 1)
+    signature, body = source.split("\n", 1)
     indent = " " * (len(body) - len(body.lstrip(" ")))
     return f"{signature}\n{indent}### BEGIN SOLUTION\n{body}\n{indent}### END SOLUTION"
 
 
-def test_cell(ex: exercises.Exercise) -> str:
-    return (f"# graded: passes when check() passes (its feedback is printed above the result)\n"
-            f"assert {ex.path}.check({ex.fn_name})")
+def test_cell(ex: exercises.Exercise, part: str, summative: bool = False, max_hints: int = 0) -> str:
+    """One graded cell: one group of the exercise's inputs, for that group's points.
+
+    In graded work it re-asserts the (locked) summative mode first, so that whatever a learner's
+    cell did to the mode is undone before the grade is taken.
+    """
+    points = ex.points()[part]
+    lines = [f"# graded, {_points(points)}: {exercises.grading.GROUP_TITLES[part]} "
+             "(check()'s feedback is printed above the result)"]
+    if summative:
+        lines.append(f"exercises.summative(max_hints={max_hints})  # graded work, re-asserted")
+    lines.append(f"assert {ex.path}.check({ex.fn_name}, part={part!r})")
+    return "\n".join(lines)
+
+
+def total_points(ex: exercises.Exercise) -> int:
+    return sum(ex.points().values())
 
 
 def _points(n: int) -> str:
@@ -137,13 +162,15 @@ def _points(n: int) -> str:
 
 
 def _intro(chapter: str, items: list, open_items: list, summative: bool, max_hints: int) -> str:
-    total = sum(ex.difficulty for ex in items) + sum(ex.points for ex in open_items)
+    total = sum(total_points(ex) for ex in items) + sum(ex.points for ex in open_items)
     text = f"# Exercises of the chapter `{chapter}` ({_points(total)})\n\n"
     if items:
         text += ("Write each function where it says `# YOUR CODE HERE`, then run the cell below it: "
-                 "it prints the same feedback as the book's `check()`. An exercise is worth one "
-                 "point per star when `check()` passes. Compute each answer yourself: `check()` "
-                 "refuses an answer that calls the library's attention code. ")
+                 "it prints the same feedback as the book's `check()`, one cell per group of "
+                 "inputs (plain values, batch dimensions, edge cases, memory), each worth its "
+                 "points: four points per star in all, so a partly right answer earns part of them. "
+                 "Compute each answer yourself: `check()` refuses an answer that calls the "
+                 "library's attention code. ")
     if open_items:
         text += ("The open exercises are graded by hand, against the rubric shown with each; "
                  "write your answer, with your own numbers, in the cell below it. ")
@@ -182,19 +209,23 @@ def notebook(chapter: str, items: list[exercises.Exercise],
                                        metadata=_meta("read", f"{chapter}_setup"))]
     for ex in items:
         stars = "★" * ex.difficulty
-        task = (f"## {ex.title} ({stars}, about {ex.minutes} min, {_points(ex.difficulty)})\n\n"
-                f"{ex.task}")
+        parts = ", ".join(f"{exercises.grading.GROUP_TITLES[g].split(' (')[0]} {p}"
+                          for g, p in ex.points().items())
+        task = (f"## {ex.title} ({stars}, about {ex.minutes} min, {_points(total_points(ex))}: "
+                f"{parts})\n\n{ex.task}")
         cells += [nbformat.v4.new_markdown_cell(task, metadata=_meta("read", f"{ex.name}_task")),
-                  nbformat.v4.new_code_cell(solution_cell(ex), metadata=_meta("solution", ex.name)),
-                  nbformat.v4.new_code_cell(test_cell(ex), metadata=_meta(
-                      "test", f"check_{ex.name}", points=ex.difficulty))]
+                  nbformat.v4.new_code_cell(solution_cell(ex), metadata=_meta("solution", ex.name))]
+        cells += [nbformat.v4.new_code_cell(test_cell(ex, part, summative, max_hints), metadata=_meta(
+                      "test", f"check_{ex.name}_{part}", points=points))
+                  for part, points in ex.points().items()]
     for ex in open_items:
         stars = "★" * ex.difficulty
         task = (f"## {ex.title} ({stars}, about {ex.minutes} min, {_points(ex.points)}, graded by "
-                f"hand)\n\n{statement(ex)}\n\nWork in the chapter's notebook, then answer in the "
-                f"cell below, with your numbers.\n\n**Rubric** ({_points(ex.points)}):\n\n"
-                f"{ex.rubric_markdown()}")
-        answer = f"### BEGIN SOLUTION\nA full answer: {ex.model_answer}\n### END SOLUTION"
+                f"hand)\n\n{statement(ex)}\n\nWork in `chapter/{chapter}.ipynb` beside this "
+                f"notebook (the chapter without its solutions), then answer in the cell below, with "
+                f"your numbers.\n\n**Rubric** ({_points(ex.points)}):\n\n{ex.rubric_markdown()}")
+        model = course.model_answer(ex.label) or "(see teacher/model_answers.json)"
+        answer = f"### BEGIN SOLUTION\nA full answer: {model}\n### END SOLUTION"
         cells += [nbformat.v4.new_markdown_cell(task, metadata=_meta("read", f"{ex.label}_task")),
                   nbformat.v4.new_markdown_cell(answer, metadata=_meta(
                       "manual", f"answer_{ex.label}", points=ex.points))]
@@ -232,6 +263,9 @@ def write_course(out: Path, only: list[str] | None = None, *, summative: bool = 
                       summative=summative, max_hints=max_hints)
         nbformat.write(nb, path)
         written.append(path)
+        chapter_nb = path.parent / "chapter" / f"{chapter}.ipynb"  # supplementary: no nbgrader cells
+        chapter_nb.parent.mkdir(exist_ok=True)
+        nbformat.write(build_notebook(BOOK / f"{chapter}.md", solutions=False), chapter_nb)
     return written
 
 

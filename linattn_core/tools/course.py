@@ -8,10 +8,18 @@ learners run. From a shell::
     python -m linattn_core.tools.course mistakes causal_cumsum_mine  # its typical wrong answers, feedback
     python -m linattn_core.tools.course mistakes                     # ... for every exercise
     python -m linattn_core.tools.course rubrics                      # the open exercises' rubrics
+    python -m linattn_core.tools.course exit-tickets                 # every exit ticket, to print
+    python -m linattn_core.tools.course exit-tickets --key causal    # ... with the answers marked
 
 In a notebook, ``course.show_mistakes("causal_cumsum_mine")`` prints the same, and
 ``course.quiz("causal")`` shows that chapter's exit ticket (``quizzes/causal.json`` beside this
 module, package data).
+
+In graded work (``exercises.summative()``, which a released assignment calls in its locked first
+cell) the answer keys and the rubrics answer nothing: :func:`answer_key`, :func:`rubric` and
+:func:`model_answer` return an empty string. The open exercises' model answers are not in the
+package at all: they live in the teacher's file ``teacher/model_answers.json`` of the repository
+(or the file ``LINATTN_TEACHER_FILE`` names), read when it is there.
 """
 
 from __future__ import annotations
@@ -19,17 +27,18 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import os
 import random
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 from . import exercises
-from .exercises import CheckResult, Exercise
-from .exercises.checker import practice_mode
+from .exercises import CheckResult, Exercise, grading
+from .exercises.grading import practice_mode
 
-__all__ = ["LIBRARY_SHORTCUT", "QUIZ_CHAPTERS", "WrongAnswer", "answer_key", "load_quiz", "quiz",
-           "rubric", "show_mistakes", "wrong_answers"]
+__all__ = ["LIBRARY_SHORTCUT", "QUIZ_CHAPTERS", "WrongAnswer", "answer_key", "exit_tickets", "load_quiz",
+           "model_answer", "quiz", "rubric", "show_mistakes", "teacher_file", "wrong_answers"]
 
 # The cause of the wrong answer that calls the library instead of computing the answer (the
 # feedback names the function it called).
@@ -102,26 +111,65 @@ def show_mistakes(name: str | Exercise) -> None:
 
 
 def answer_key(name: str | Exercise) -> str:
-    """The reference solution of an exercise, as text, after checking that it passes."""
+    """The reference solution of an exercise, as text, after checking that it passes ("" in graded work)."""
     ex = _exercise(name)
-    with practice_mode():
+    with practice_mode() as practice:
+        if not practice:
+            return ""
         result = _quiet_check(ex, ex.solution_fn)
+        source = ex.solution_source()
     status = "passes check()" if result else "FAILS check(): report this as a bug"
     return (f"== {ex.path} ({ex.name}), {ex.chapter}.md, {'*' * ex.difficulty}, "
             f"~{ex.minutes} min, {ex.difficulty} point{'s' if ex.difficulty > 1 else ''}: "
-            f"{ex.title}\n{ex.task}\n\n{ex.solution_source()}\n# {status}\n")
+            f"{ex.title}\n{ex.task}\n\n{source}\n# {status}\n")
+
+
+def _open(label: str) -> exercises.OpenExercise:
+    known = {**exercises.OPEN, exercises.capstone.LAB.label: exercises.capstone.LAB}
+    try:
+        return known[label]
+    except KeyError:
+        raise KeyError(f"no open exercise labelled {label!r}; the labels are: "
+                       f"{', '.join(known)}") from None
+
+
+# The teacher's file: the open exercises' model answers, kept out of the package (a learner's install
+# and a released notebook never carry it). A checkout has it at teacher/model_answers.json.
+TEACHER_FILE = Path(__file__).resolve().parents[2] / "teacher" / "model_answers.json"
+
+
+def teacher_file() -> Path | None:
+    """Where the model answers are: ``LINATTN_TEACHER_FILE``, else the checkout's ``teacher/`` (or None)."""
+    named = os.environ.get("LINATTN_TEACHER_FILE")
+    here = Path.cwd() / "teacher" / "model_answers.json"
+    for path in ([Path(named)] if named else []) + [TEACHER_FILE, here]:
+        if path.is_file():
+            return path
+    return None
+
+
+def model_answer(label: str) -> str:
+    """What a full answer to an open exercise says, from the teacher's file ("" in graded work or
+    where the file is not there)."""
+    _open(label)
+    if grading.is_summative():
+        return ""
+    path = teacher_file()
+    if path is None:
+        return ""
+    return str(json.loads(path.read_text(encoding="utf-8")).get(label, ""))
 
 
 def rubric(label: str) -> str:
-    """An open exercise's rubric and model answer, as text (``exercises.OPEN`` has the labels)."""
-    try:
-        ex = exercises.OPEN[label]
-    except KeyError:
-        raise KeyError(f"no open exercise labelled {label!r}; the labels are: "
-                       f"{', '.join(exercises.OPEN)}") from None
+    """An open exercise's rubric and model answer, as text ("" in graded work)."""
+    ex = _open(label)
+    if grading.is_summative():
+        return ""
+    answer = model_answer(label) or ("(the model answer is in the teacher's file, "
+                                     "teacher/model_answers.json, which this installation lacks)")
     return (f"== {ex.label} ({ex.chapter}.md), {'*' * ex.difficulty}, ~{ex.minutes} min, "
             f"{ex.points} points: {ex.title}\n{ex.rubric_markdown()}\n"
-            f"A full answer: {ex.model_answer}\n")
+            f"A full answer: {answer}\n")
 
 
 # -- exit tickets ---------------------------------------------------------------------------------
@@ -184,6 +232,29 @@ def _label_inputs(div_id: str) -> str:
             "label_" + div_id + "(); setTimeout(label_" + div_id + ", 500);\n")
 
 
+def exit_tickets(chapters: list[str] | None = None, *, key: bool = False) -> str:
+    """The exit tickets as plain text, to print: each question with its choices (a box each), and
+    with ``key`` the right answer marked and the feedback a learner gets."""
+    lines = []
+    for chapter in chapters or QUIZ_CHAPTERS:
+        lines.append(f"== Exit ticket: {chapter}.md" + (" (key)" if key else ""))
+        for number, q in enumerate(load_quiz(chapter), start=1):
+            lines.append(f"{number}. {q['question']}")
+            if q["type"] == "numeric":
+                right = [a for a in q["answers"] if a.get("correct")]
+                lines.append("   Answer (a number): ______")
+                if key:
+                    lines += [f"   KEY: {a['value']}  ({a.get('feedback', '')})" for a in right]
+            else:
+                for letter, a in zip("abcdefgh", q["answers"], strict=False):
+                    mark = ("[x]" if a.get("correct") else "[ ]") if key else "[ ]"
+                    lines.append(f"   {mark} {letter}) {a['answer']}")
+                    if key and a.get("correct"):
+                        lines.append(f"          {a.get('feedback', '')}")
+        lines.append("")
+    return "\n".join(lines)
+
+
 def quiz(chapter: str) -> None:
     """Display a chapter's exit ticket in a notebook (or on the site, when the book is built)."""
     from IPython.display import HTML, display
@@ -194,9 +265,13 @@ def quiz(chapter: str) -> None:
 # -- command line ---------------------------------------------------------------------------------
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
-    if not args or args[0] not in ("answers", "mistakes", "rubrics"):
+    if not args or args[0] not in ("answers", "mistakes", "rubrics", "exit-tickets"):
         print(__doc__.split("From a shell::", 1)[1].split("In a notebook", 1)[0].rstrip())
         return 2
+    if args[0] == "exit-tickets":
+        rest = [a for a in args[1:] if a != "--key"]
+        print(exit_tickets(rest or None, key="--key" in args[1:]))
+        return 0
     if args[0] == "rubrics":
         for label in args[1:] or list(exercises.OPEN):
             print(rubric(label))

@@ -5,6 +5,10 @@ explanation with the learner's own numbers; no function can check them. Each has
 what earns each point. ``scripts/make_assignments.py`` puts the statement (read from the chapter),
 the rubric and a manually graded answer cell into the chapter's assignment; the instructors page
 shows the same rubrics (a test holds the two to each other).
+
+What a full answer says (the model answer, for the grader) is not here: it lives in the teacher's
+file ``teacher/model_answers.json`` of the repository, which neither the installed package nor a
+released notebook carries; :func:`linattn_core.tools.course.model_answer` reads it when it is there.
 """
 
 from __future__ import annotations
@@ -30,8 +34,6 @@ class OpenExercise:
         As for the auto-checked exercises: 1 to 3 stars, about how long it takes.
     rubric : tuple of (int, str)
         Points and what earns them; the points add up to the exercise's.
-    model_answer : str
-        What a full answer says, for the grader (it is never in a learner's notebook).
     """
 
     label: str
@@ -40,7 +42,6 @@ class OpenExercise:
     difficulty: int
     minutes: int
     rubric: tuple[tuple[int, str], ...]
-    model_answer: str
 
     @property
     def points(self) -> int:
@@ -65,10 +66,6 @@ _EXERCISES = [
                 "FLOPs per score, the softmax a few operations and several passes over the "
                 "N x N array whatever d is, which 2N^2(d + d_v) leaves out"),
         ),
-        model_answer="At d = 64 the two products take most of the time on most machines; at d = 8 "
-                     "they shrink about eightfold while the softmax does not, so its share grows "
-                     "and it usually dominates. The count 2N^2(d + d_v) covers the products only; "
-                     "the softmax's passes over the N x N array cost the same at every d.",
     ),
     OpenExercise(
         label="ex-timing-wider", chapter="timing", title="Predict, then measure, a wider head",
@@ -85,11 +82,6 @@ _EXERCISES = [
                 "measurement, with one reason (wider products run at another efficiency; the "
                 "machine's load)"),
         ),
-        model_answer="Doubling every width doubles the FLOP crossover (N* = d with equal widths), so "
-                     "the prediction at 128 is about twice the one at 64, shifted by the fitted "
-                     "overheads. The measured crossover moves out too; the fitted model is only "
-                     "approximately right, because the efficiencies fitted at d = 64 do not carry "
-                     "over exactly to wider products.",
     ),
     OpenExercise(
         label="ex-timing-chunk", chapter="timing", title="The chunk size",
@@ -103,11 +95,6 @@ _EXERCISES = [
                 "chunk, and explains their curve by the balance of the two (a minimum in between, "
                 "or the smallest C where a chunk boundary costs little)"),
         ),
-        model_answer="The block FLOPs grow linearly with C while the per-chunk costs (loop steps, "
-                     "writing and reading each chunk's starting state, small products that use the "
-                     "machine badly) fall as N/C. Where chunks cost something of their own the "
-                     "fastest C lies in between; where one compiled pass runs every chunk, the "
-                     "smallest C can win because it computes the fewest masked zeros.",
     ),
     OpenExercise(
         label="ex-beyond-window", chapter="beyond_decay", title="Effective window of a decay",
@@ -120,9 +107,6 @@ _EXERCISES = [
             (1, "checks it numerically with decayed_kernel_attention, all-equal features and a long "
                 "sequence, reading the last query's weights, to a stated tolerance"),
         ),
-        model_answer="Mean age = sum_a a gamma^a / sum_a gamma^a = [gamma / (1 - gamma)^2] / "
-                     "[1 / (1 - gamma)] = gamma / (1 - gamma); with gamma = 0.9 and 400 tokens the "
-                     "last query's weights give 9.0000 to six digits.",
     ),
     OpenExercise(
         label="ex-beyond-lms", chapter="beyond_delta", title="The delta rule as gradient descent",
@@ -137,10 +121,6 @@ _EXERCISES = [
             (1, "says why n < d matters: an exact solution exists, and repeated steps converge to "
                 "one that returns every stored value"),
         ),
-        model_answer="The gradient is phi(k)(S^T phi(k) - v)^T, so S - beta * gradient = "
-                     "S + beta phi(k)(v - S^T phi(k))^T. Replaying 10 pairs in 16 dimensions 50 "
-                     "times gives answers within 1e-8 of the least-squares state's, which returns "
-                     "every stored value exactly because n < d.",
     ),
     OpenExercise(
         label="ex-beyond-ssd", chapter="beyond_tour", title="State-space duality, checked",
@@ -155,11 +135,6 @@ _EXERCISES = [
                 "(state-space) form, and the chunked form, masked blocks inside each chunk and the "
                 "decayed state across chunks, the one in between"),
         ),
-        model_answer="With b the cumulative sum of log g, L = exp(b_i - b_j) below the diagonal; the "
-                     "masked product and decayed_linear_attention(..., normalize=False, "
-                     "method='recurrent') agree to about 1e-14. The first is the quadratic form, "
-                     "the second the recurrence, and the chunked form of the causal chapter, with "
-                     "the decay factors, sits in between.",
     ),
 ]
 
