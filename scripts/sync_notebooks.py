@@ -24,7 +24,10 @@ What the conversion does, so that the result is the same on every machine and re
   math gets a matching ``\\tag``), ``{cite}`` becomes "Author et al., year" linked to the paper, a
   pasted value (``{glue:text}``) names the line ``name = value`` that the cell measuring it prints
   (``viz.glue`` prints it outside the book build), and directives become Markdown (exercises and
-  admonitions as quoted blocks with a bold title; gated solutions as a "Solution" heading);
+  admonitions as quoted blocks with a bold title);
+- every solution (a gated ``solution-start`` ... ``solution-end`` block, prose and code cells) becomes
+  one Markdown cell, a collapsed ``<details>`` block with the code as text: "Run all" never runs a
+  solution, and Colab shows it only when clicked, as the website's dropdown;
 - a first Markdown cell says where the notebook comes from and links to its source.
 """
 
@@ -514,7 +517,33 @@ def header_cell(stem: str, title: str) -> nbformat.NotebookNode:
     return nbformat.v4.new_markdown_cell(source)
 
 
-def build_notebook(path: Path, index: BookIndex | None = None) -> nbformat.NotebookNode:
+_SOLUTION_START = re.compile(r"^(`{3,}|:{3,})\{solution-start\}[^\n]*\n(?:[ \t]*:[^\n]*\n)*\1[ \t]*$", re.M)
+_SOLUTION_END = re.compile(r"^(`{3,}|:{3,})\{solution-end\}[^\n]*\n(?:[ \t]*:[^\n]*\n)*\1[ \t]*$", re.M)
+SOLUTION_SUMMARY = ("<b>Solution</b> (click to show; try the exercise first. It is text, so "
+                    "\"Run all\" never runs it: to run it, copy it into a code cell)")
+
+
+def solution_cell(parts: list[str]) -> nbformat.NotebookNode:
+    """A solution as one Markdown cell: a collapsed ``<details>`` block that no "Run all" executes.
+
+    Colab, JupyterLab and GitHub show only the summary line until it is clicked, as the website's
+    dropdown does; its code is a fenced block, so nothing of it runs unless the reader copies it.
+    """
+    body = "\n\n".join(part.strip("\n") for part in parts if part.strip())
+    return nbformat.v4.new_markdown_cell(
+        f"<details>\n<summary>{SOLUTION_SUMMARY}</summary>\n\n{body}\n\n</details>",
+        metadata={"solution": True})
+
+
+def build_notebook(path: Path, index: BookIndex | None = None, *,
+                   solutions: bool = True) -> nbformat.NotebookNode:
+    """The notebook twin of one chapter.
+
+    Every solution block of the chapter (``solution-start`` ... ``solution-end``, its prose and its
+    code cells) becomes one collapsed Markdown cell (:func:`solution_cell`): never executed, hidden
+    until asked for. ``solutions=False`` leaves the solutions out altogether (the copy an assignment
+    points learners at).
+    """
     index = index or build_index(path.parent)
     nb = jupytext.read(path)
     stem = path.stem
@@ -523,28 +552,45 @@ def build_notebook(path: Path, index: BookIndex | None = None) -> nbformat.Noteb
     ctx = PageContext(stem, index, number_equations(md_sources), [(i, g) for i, g in glued if g])
 
     cells = [header_cell(stem, index.titles.get(stem, stem))]
-    in_solution = False
+    solution: list[str] | None = None  # the parts of the solution being read, if inside one
+
+    def markdown(text: str) -> None:
+        source = convert_markdown(text, ctx)
+        if not source.strip():
+            return
+        if solution is not None:
+            solution.append(source)
+        else:
+            cells.append(nbformat.v4.new_markdown_cell(source))
+
     for position, cell in enumerate(nb.cells):
         ctx.position = position
         if cell.cell_type == "markdown":
-            if "{solution-start}" in cell.source:
-                in_solution = True
-            if "{solution-end}" in cell.source:
-                in_solution = False
-            source = convert_markdown(cell.source, ctx)
-            if not source.strip():
-                continue
-            new = nbformat.v4.new_markdown_cell(source)
+            text = cell.source
+            while True:
+                marker = (_SOLUTION_START if solution is None else _SOLUTION_END).search(text)
+                if marker is None:
+                    markdown(text)
+                    break
+                markdown(text[:marker.start()])
+                if solution is None:
+                    solution = []
+                else:
+                    if solutions and solution:
+                        cells.append(solution_cell(solution))
+                    solution = None
+                text = text[marker.end():]
         elif cell.cell_type == "code":
+            if solution is not None:  # a solution's code: text inside the collapsed block
+                solution.append(f"```python\n{cell.source.strip()}\n```")
+                continue
             new = nbformat.v4.new_code_cell(cell.source)
             tags = cell.metadata.get("tags")
             if tags:
                 new.metadata["tags"] = list(tags)
-            if in_solution:  # JupyterLab shows the solution collapsed, as the website's dropdown
-                new.metadata["jupyter"] = {"source_hidden": True}
+            cells.append(new)
         else:
-            new = nbformat.v4.new_raw_cell(cell.source)
-        cells.append(new)
+            cells.append(nbformat.v4.new_raw_cell(cell.source))
     for number, cell in enumerate(cells):
         cell.id = f"{stem.replace('_', '-')}-{number:03d}"
 

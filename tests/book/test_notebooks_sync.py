@@ -206,7 +206,14 @@ def test_a_pasted_value_names_the_line_its_cell_prints():
 
 
 def _glued_in(cell) -> list[re.Pattern]:
-    return sync.glued_names(cell.source) if cell.cell_type == "code" else []
+    """The names a cell glues: a code cell's, or those of the code a solution shows (printed when the
+    reader runs it)."""
+    if cell.cell_type == "code":
+        return sync.glued_names(cell.source)
+    if cell.metadata.get("solution"):
+        return [p for code in re.findall(r"```python\n(.*?)```", cell.source, flags=re.S)
+                for p in sync.glued_names(code)]
+    return []
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
@@ -219,7 +226,7 @@ def test_every_placeholder_names_a_value_a_cell_prints(path):
             continue
         assert "(the value printed above)" not in cell.source, cell.id
         for name, where in sync.PLACEHOLDER.findall(cell.source):
-            others = cells[:i] if where == "above" else cells[i + 1:]
+            others = cells[:i + 1] if where == "above" else cells[i:]  # a solution: its own code
             assert any(p.fullmatch(name) for c in others for p in _glued_in(c)), (
                 f"{cell.id}: `{name}` is said to be printed {where}, but no code cell {where} glues it")
 
@@ -344,16 +351,40 @@ def test_labels_equations_and_directives():
     ]
 
 
-def test_solution_cells_are_collapsed(tmp_path):
+def test_solutions_are_collapsed_text_that_run_all_never_runs(tmp_path):
     book, _ = _mini_book(tmp_path)
-    (book / "ex.md").write_text(HEADER + "# Ex\n\n" + SETUP + "\n````{solution-start} ex-a\n:class: "
-                                "dropdown\n````\n\n```{code-cell} ipython3\nanswer = 42\n```\n\n"
-                                "````{solution-end}\n````\n\n```{code-cell} ipython3\nafter = 1\n```\n")
+    (book / "ex.md").write_text(
+        HEADER + "# Ex\n\n" + SETUP + "\nTry it.\n\n````{solution-start} ex-a\n:class: dropdown\n````\n\n"
+        "Why it works.\n\n```{code-cell} ipython3\nanswer = 42\n```\n\n````{solution-end}\n````\n\n"
+        "After.\n\n```{code-cell} ipython3\nafter = 1\n```\n")
     nb = sync.build_notebook(book / "ex.md")
-    code = {c.source: c.metadata for c in nb.cells if c.cell_type == "code"}
-    assert code["answer = 42"] == {"jupyter": {"source_hidden": True}}
-    assert code["after = 1"] == {}
-    assert not any("solution-end" in c.source for c in nb.cells)
+    code = [c.source for c in nb.cells if c.cell_type == "code"]
+    assert "after = 1" in code and not any("answer = 42" in c for c in code)  # "Run all" skips it
+    (sol,) = [c for c in nb.cells if c.metadata.get("solution")]
+    assert sol.cell_type == "markdown" and sol.source.startswith("<details>\n<summary>")
+    assert "```python\nanswer = 42\n```" in sol.source and "Why it works." in sol.source
+    assert sol.source.rstrip().endswith("</details>")  # collapsed until clicked, in Colab too
+    texts = [c.source for c in nb.cells if c.cell_type == "markdown"]
+    assert any("Try it." in t for t in texts) and any("After." in t for t in texts)
+    assert not any("solution-end" in t or "solution-start" in t for t in texts)
+    bare = sync.build_notebook(book / "ex.md", solutions=False)  # an assignment's copy
+    assert not any("answer = 42" in c.source or "Why it works" in c.source for c in bare.cells)
+    assert any("After." in c.source for c in bare.cells)
+
+
+def test_no_twin_runs_a_solution():
+    """In every notebook of notebooks/, each solution of its chapter is collapsed text, no code cell."""
+    for chapter in CHAPTERS:
+        nb = nbformat.read(ROOT / "notebooks" / f"{chapter.stem}.ipynb", as_version=4)
+        text = chapter.read_text(encoding="utf-8")
+        blocks = re.findall(r"````\{solution-start\}.*?````\{solution-end\}", text, flags=re.S)
+        code = {c.source.strip() for c in nb.cells if c.cell_type == "code"}
+        solutions = [c for c in nb.cells if c.metadata.get("solution")]
+        assert len(solutions) == len(blocks), chapter.stem
+        for block in blocks:
+            for cell in re.findall(r"```\{code-cell\}[^\n]*\n(.*?)```", block, flags=re.S):
+                assert cell.strip() not in code, (chapter.stem, cell[:80])
+                assert any(cell.strip() in c.source for c in solutions), (chapter.stem, cell[:80])
 
 
 def test_book_index_reads_titles_labels_and_citations(book_index):
