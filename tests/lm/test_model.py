@@ -144,3 +144,20 @@ def test_bad_configuration_is_a_clear_error():
         model(_tokens(1, 9))
     with pytest.raises(ValueError, match="temperature"):
         model.generate(_tokens(1, 2), 3, temperature=0.0)
+
+
+@pytest.mark.parametrize("kind", ["softmax", "gla", "deltanet"])
+@pytest.mark.parametrize("n_layer", [1, 4])
+def test_the_projections_into_the_residual_start_scaled_by_depth(kind, n_layer):
+    # GPT-2: the weights writing into the residual stream (each attention's W_o, each MLP's second matrix)
+    # start with std 0.02 / sqrt(2 n_layer), every other matrix with 0.02. 64 x 64 and 64 x 256 draws
+    # estimate a std to within about 3% (at 4 sigma), so 0.02 and 0.02 / sqrt(2) are far apart.
+    torch.manual_seed(0)
+    cfg = ModelConfig(vocab_size=VOCAB, attention=kind, block_size=16, n_layer=n_layer, n_head=2, n_embd=64)
+    model = LanguageModel(cfg)
+    scaled = 0.02 / (2 * n_layer) ** 0.5
+    for block in model.blocks:
+        for weight in (block.attn.o_proj.weight, block.mlp.proj.weight):
+            assert abs(float(weight.std()) / scaled - 1) < 0.05, f"{kind}: std {float(weight.std()):.4f}"
+        assert abs(float(block.mlp.fc.weight.std()) / 0.02 - 1) < 0.05
+    assert abs(float(model.wte.weight.std()) / 0.02 - 1) < 0.2  # 13 x 64 draws: a looser estimate

@@ -211,3 +211,22 @@ def test_the_cli_writes_a_diverged_run_and_exits_with_its_status(monkeypatch, co
     assert saved["diverged_at"] == 2 and saved["final_val_loss"] is None and saved["steps_done"] == 2
     assert saved["curves"]["val_step"] == [0]  # no evaluation of the stopped model
     assert "diverged at step 2" in capsys.readouterr().err
+
+
+def test_a_finite_loss_with_a_gradient_that_is_not_finite_is_not_applied():
+    # the loss is finite (sqrt(0) = 0) but its gradient is infinite: clipping would turn it into NaN
+    # weights (inf * 0), so the step must be refused, as for an infinite loss
+    model = torch.nn.Linear(3, 1)
+    with torch.no_grad():
+        model.weight.zero_()
+    opt = T.make_optimizer(model, TINY)
+    before = _params(model)
+    loss = torch.sqrt(model.weight).sum() + model.bias.sum() ** 2
+    assert torch.isfinite(loss)
+    assert T.optimizer_step(opt, model, loss, lr=1e-3, grad_clip=1.0) is False
+    assert all(torch.equal(p, q) for p, q in zip(_params(model), before, strict=True))
+    assert not opt.state, "the optimizer stepped"
+    # and the same model with a finite gradient steps
+    loss = (model.weight - 1).square().sum()
+    assert T.optimizer_step(opt, model, loss, lr=1e-3, grad_clip=1.0) is True
+    assert not torch.equal(model.weight, before[0])
