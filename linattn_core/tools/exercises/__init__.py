@@ -29,10 +29,13 @@ writes; ``Exercise.chapter`` is the chapter file that asks it)::
     tradeoffs     exercises.tradeoffs.clamped_normalize      clamped_normalize
                   exercises.tradeoffs.kv_cache_bytes         kv_cache_bytes
                   exercises.tradeoffs.exact_capacity         exact_capacity
-    beyond        exercises.beyond.delta_loop                delta_loop
+    beyond        exercises.beyond.decay_step                decay_step
+                  exercises.beyond.delta_loop                delta_loop
                   exercises.beyond.normed_numerator          normed_numerator
-    training      exercises.training.decay_step              decay_step
-                  exercises.training.model_state_bytes       model_state_bytes
+    training      exercises.training.model_state_bytes       model_state_bytes
+
+The capstone lab of the training chapter, an open exercise with a mechanical check
+(``exercises.capstone.check_report``), is :mod:`.capstone`.
 
 ``check(fn)`` runs ``fn`` on several seeded float64 inputs (one token, an odd length such as 7, a
 ``d`` other than the examples', batch dimensions, and the edge cases each task states) and compares
@@ -43,10 +46,13 @@ the answer matches a typical mistake, what that mistake is (:mod:`.checker` says
 An answer must compute its result itself: one that calls the library's attention code (however it
 was imported) fails, and the feedback names the function it called.
 
-For graded work, ``exercises.summative(max_hints=1)`` switches ``solution()`` off and limits
-``hint(n)``, and ``check()`` then also refuses the kit's own solutions; ``exercises.formative()``
-switches everything back on (``scripts/make_assignments.py --summative`` writes notebooks that do
-this). The open exercises, graded by hand, are :data:`OPEN` with their rubrics.
+For graded work, ``exercises.summative(max_hints=1)`` switches ``solution()``,
+``Exercise.solution_source()`` and the course tool's keys off, limits ``hint(n)``, and makes
+``check()`` refuse the kit's own solutions too. It is locked for the session: ``formative()`` after
+it does nothing (``scripts/make_assignments.py --summative`` writes notebooks that call it in a
+locked cell, and again in every graded cell). ``check(fn, part=...)`` checks one group of inputs
+(values, batch, edge, memory): partial credit, :mod:`.grading` says how many points each is worth.
+The open exercises, graded by hand, are :data:`OPEN` with their rubrics.
 
 No exercise, by its name or its attribute, is named like a function, class or module of the
 library or a builtin (where the library has the function, the reader's is ``..._mine``), so a
@@ -57,11 +63,14 @@ hides nothing; the chapter modules are not in ``__all__`` either.
 from __future__ import annotations
 
 from . import associative, beyond, causal, feature_maps, softmax, tradeoffs, training
+from . import capstone as capstone  # exercises.capstone: the training chapter's lab (open, with a check)
+from . import grading as grading  # exercises.grading: the mode and the points
 from .checker import CheckResult, Exercise, formative, summative
+from .grading import is_summative
 from .open import OPEN, OpenExercise
 
 __all__ = ["EXERCISES", "OPEN", "CheckResult", "Exercise", "OpenExercise", "catalogue", "formative",
-           "get", "summative"]
+           "get", "is_summative", "summative"]
 
 _CHAPTERS = (softmax, associative, feature_maps, causal, tradeoffs, beyond, training)  # book order
 

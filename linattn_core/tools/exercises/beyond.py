@@ -1,14 +1,165 @@
-"""Exercises of the chapters beyond linear attention: ``delta_loop`` (beyond_delta.md) and
-``normed_numerator`` (beyond_tour.md)."""
+"""Exercises of the chapters beyond linear attention: ``decay_step`` (beyond_decay.md), ``delta_loop``
+(beyond_delta.md) and ``normed_numerator`` (beyond_tour.md).
+
+``decay_step`` is one generation step of a decaying linear-attention head with the normaliser z
+(the recurrence of beyond_decay.md; the trained ``retnet`` and ``simple_gla`` layers run it without z):
+forget, add, answer.
+"""
 
 from __future__ import annotations
 
 import numpy as np
 
+from ._numpy import ABS_CLAMP, clamp
 from .checker import Exercise, Mistake
-from .inputs import Case, attention_cases, lib_phi
+from .inputs import (
+    Case,
+    attention_cases,
+    elu_phi,
+    identity_phi,
+    lib_phi,
+    performer_phi,
+    relu_phi,
+    signed_step,
+)
 
-__all__ = ["delta_loop", "normed_numerator"]
+__all__ = ["decay_step", "delta_loop", "normed_numerator"]
+
+
+def _solution_decay_step(S, z, q_t, k_t, v_t, g, phi, eps=1e-6):
+    # S: (d_phi, d_v), z: (d_phi,), q_t, k_t: (d,), v_t: (d_v,), g: a number in (0, 1]
+    fq, fk = phi(q_t[None])[0], phi(k_t[None])[0]   # (d_phi,): phi works on (N, d) arrays
+    S_new = g * S + np.outer(fk, v_t)               # forget a fraction 1 - g of the past, add the token
+    z_new = g * z + fk
+    y_t = fq @ S_new / max(fq @ z_new, eps)          # then answer the query
+    return S_new, z_new, y_t
+
+
+def _ref_decay_step(S, z, q_t, k_t, v_t, g, phi):
+    """The library's state, decayed as :class:`linattn_core.lm.model.Attention` does before each step."""
+    from linattn_core import LinearAttentionState
+
+    d, d_v = int(q_t.shape[-1]), int(v_t.shape[-1])
+    state = LinearAttentionState(d, d_v, phi._fm)
+    state.S, state.z = g * S, g * z
+    y_t = state.step(q_t, k_t, v_t)
+    return state.S, state.z, y_t
+
+
+def _cases_decay_step() -> list:
+    rng = np.random.default_rng(1501)
+
+    def state_after(n, d, d_v, phi, g):
+        S, z = np.zeros((phi_dim(phi, d), d_v)), np.zeros(phi_dim(phi, d))
+        for k, v in zip(rng.standard_normal((n, d)), rng.standard_normal((n, d_v)), strict=True):
+            fk = phi(k[None])[0]
+            S, z = g * S + np.outer(fk, v), g * z + fk
+        return S, z
+
+    def phi_dim(phi, d):
+        return int(phi(np.zeros((1, d))).shape[-1])
+
+    def token(d, d_v):
+        return rng.standard_normal(d), rng.standard_normal(d), rng.standard_normal(d_v)
+
+    elu, relu, perf, ident = elu_phi(), relu_phi(), performer_phi(4, 6, 1502), identity_phi()
+    empty = (np.zeros((4, 3)), np.zeros(4))
+    q_0, k_0, v_0 = token(4, 3)
+    k_0 = -np.abs(k_0) - 0.1                      # relu(k_0) = 0: z_new = 0, the denominator is 0
+    q_s, k_s, v_s = token(4, 3)
+    q_s = np.where(np.arange(4) == 0, 1e-3, -1.0)  # relu(q_s) . relu(k_s) = 1e-3 * 1e-4 < 1e-6
+    k_s = np.where(np.arange(4) == 0, 1e-4, -1.0)
+    return [
+        Case("first token: S = 0, z = 0, g = 0.9", (np.zeros((4, 3)), np.zeros(4), *token(4, 3), 0.9, elu)),
+        Case("after 5 tokens, g = 0.5", (*state_after(5, 4, 3, elu, 0.5), *token(4, 3), 0.5, elu)),
+        Case("g = 1 (no decay): plain linear attention",
+             (*state_after(6, 4, 3, elu, 1.0), *token(4, 3), 1.0, elu)),
+        Case("d = 7, d_v = 5, g = 0.97", (*state_after(6, 7, 5, elu, 0.97), *token(7, 5), 0.97, elu)),
+        Case("relu features, g = 0.8", (*state_after(4, 4, 3, relu, 0.8), *token(4, 3), 0.8, relu)),
+        Case("a feature map with d_phi != d, g = 0.7",
+             (*state_after(4, 4, 3, perf, 0.7), *token(4, 3), 0.7, perf)),
+        Case("relu features, z_new = 0 (denominator 0), g = 0.6", (*empty, q_0, k_0, v_0, 0.6, relu)),
+        Case("relu features, a denominator between 0 and 1e-6, g = 0.6",
+             (*empty, q_s, k_s, v_s, 0.6, relu)),
+        Case("identity features, a negative denominator, g = 0.9",
+             (*signed_step(rng, 5, g=0.9), 0.9, ident)),
+    ]
+
+
+def _decay_variant(S, z, q_t, k_t, v_t, g, phi, *, decay_z=True, decay_new=False, query_first=False,
+                   normalize=True, g_power=1.0, eps=1e-6, absolute=False):
+    fq, fk = phi(q_t[None])[0], phi(k_t[None])[0]
+    gg = g**g_power
+    S_new = gg * (S + np.outer(fk, v_t)) if decay_new else gg * S + np.outer(fk, v_t)
+    z_new = (gg * (z + fk) if decay_new else gg * z + fk) if decay_z else z + fk
+    S_q, z_q = ((gg * S, gg * z) if query_first else (S_new, z_new))
+    num = fq @ S_q
+    y = num / clamp(float(fq @ z_q), eps, absolute) if normalize else num
+    return S_new, z_new, y
+
+
+def _library_decay_step(S, z, q_t, k_t, v_t, g, phi):
+    import linattn_core as la  # the shortcut check() refuses: the library's state
+
+    state = la.LinearAttentionState(q_t.shape[-1], v_t.shape[-1], phi)
+    state.S, state.z = g * S, g * z
+    y_t = state.step(q_t, k_t, v_t)
+    return state.S, state.z, y_t
+
+
+decay_step = Exercise(
+    name="decay_step",
+    path="exercises.beyond.decay_step",
+    fn_name="decay_step",
+    chapter="beyond_decay",
+    title="One generation step of a decaying linear-attention head",
+    task="""
+        Write `decay_step(S, z, q_t, k_t, v_t, g, phi)` for a state S: (d_phi, d_v), z: (d_phi,),
+        one token q_t, k_t: (d,), v_t: (d_v,) and a decay g in (0, 1], returning
+        (S_new, z_new, y_t): S_new = g S + phi(k_t) v_t^T, z_new = g z + phi(k_t),
+        y_t = phi(q_t)^T S_new / max(phi(q_t) . z_new, 1e-6). phi takes (N, d) arrays. check()
+        compares with the library's LinearAttentionState decayed the same way, with g = 1,
+        d != d_v, relu features, a Performer map with d_phi != d, and denominators that are 0,
+        between 0 and 1e-6, and negative (identity features). An answer that uses the library's
+        state does not pass.
+    """,
+    arg_names=("S", "z", "q_t", "k_t", "v_t", "g", "phi"),
+    cases=_cases_decay_step,
+    reference=_ref_decay_step,
+    solution_fn=_solution_decay_step,
+    hints=[
+        "It is the streaming step of the causal chapter with one change: the old S and z are "
+        "multiplied by g before the new token is added.",
+        "fk = phi(k_t[None])[0]; S_new = g * S + np.outer(fk, v_t); z_new = g * z + fk; then "
+        "query with phi(q_t[None])[0].",
+    ],
+    kind="triple",
+    mistakes=[
+        Mistake(lambda *a: _decay_variant(*a, decay_z=False),
+                "you decayed S but not z: the normalizer must forget at the same rate, or old keys "
+                "keep their weight in the denominator only."),
+        Mistake(lambda *a: _decay_variant(*a, decay_new=True),
+                "you decayed the new token too (g (S + phi(k) v^T)); the current token enters with "
+                "weight 1, only the past is multiplied by g."),
+        Mistake(lambda *a: _decay_variant(*a, query_first=True),
+                "you answered the query before adding the current token: causal attention includes "
+                "the token itself (y_0 = v_0)."),
+        Mistake(lambda *a: _decay_variant(*a, normalize=False),
+                "you returned the numerator phi(q)^T S without dividing by max(phi(q) . z, eps)."),
+        Mistake(lambda *a: _decay_variant(*a, g_power=2.0),
+                "you applied g twice (g**2); each step multiplies the past by g once."),
+        Mistake(lambda *a: _decay_variant(*a, eps=None),
+                "you did not clamp the denominator: with relu features phi(q_t) . z_new can be 0 "
+                "(0/0 = NaN) or tiny (a huge output). Divide by max(phi(q_t) . z_new, 1e-6)."),
+        Mistake(lambda *a: _decay_variant(*a, absolute=True), ABS_CLAMP),
+    ],
+    library_answer=_library_decay_step,
+    difficulty=1,
+    minutes=10,
+    success="A constant-size state per head: this step costs the same at token 10 and at token "
+            "10 million. The trained retnet and simple_gla layers of the training chapter generate "
+            "with it (without z, normalising the output instead).",
+)
 
 
 def _solution_delta_loop(q, k, v, beta):

@@ -11,6 +11,7 @@ from ._numpy import ABS_CLAMP, clamp, row_normalize
 from ._numpy import t as swap_last
 from .associative import memory_case_attention
 from .checker import Exercise, Mistake
+from .feedback import wrap
 from .inputs import (
     BATCH,
     EPS,
@@ -319,20 +320,19 @@ streaming_step = Exercise(
 
 
 def _solution_chunked_causal(q, k, v, phi, C, eps=1e-6):
-    # q, k: (..., N, d), v: (..., N, d_v), C: chunk size -> (..., N, d_v); derived from the recurrence
+    # q, k: (..., N, d), v: (..., N, d_v), C: chunk size -> (..., N, d_v); every chunk at once
     fq, fk = phi(q), phi(k)                                       # (..., N, d_phi)
-    S = np.zeros(fk.shape[:-2] + (fk.shape[-1], v.shape[-1]))    # state of every earlier chunk
-    z = np.zeros(fk.shape[:-2] + (fk.shape[-1],))
-    out = np.empty(v.shape[:-1] + (v.shape[-1],))
-    for a in range(0, q.shape[-2], C):
-        Qc, Kc, Vc = fq[..., a:a + C, :], fk[..., a:a + C, :], v[..., a:a + C, :]
-        A = np.tril(Qc @ np.swapaxes(Kc, -1, -2))                 # masked C x C block, diagonal kept
-        num = Qc @ S + A @ Vc                                     # earlier chunks + this chunk
-        den = np.einsum("...cf,...f->...c", Qc, z) + A.sum(-1)
-        out[..., a:a + C, :] = num / np.maximum(den, eps)[..., None]
-        S = S + np.swapaxes(Kc, -1, -2) @ Vc                      # then carry the state past it
-        z = z + Kc.sum(-2)
-    return out
+    n = q.shape[-2]
+    pad = [(0, 0)] * (q.ndim - 2) + [(0, -n % C), (0, 0)]        # zero tokens fill the last chunk
+    Q, K, V = (np.pad(x, pad).reshape(x.shape[:-2] + (-1, C, x.shape[-1])) for x in (fq, fk, v))
+    A = np.tril(Q @ np.swapaxes(K, -1, -2))                       # (..., N/C, C, C) masked blocks
+    KV, Ks = np.swapaxes(K, -1, -2) @ V, K.sum(-2)                # each chunk's own pairs
+    S = np.cumsum(KV, axis=-3) - KV                               # the state before each chunk:
+    z = np.cumsum(Ks, axis=-2) - Ks                               # the chunks before it, summed
+    num = Q @ S + A @ V                                           # earlier chunks + this chunk
+    den = np.einsum("...ncf,...nf->...nc", Q, z) + A.sum(-1)
+    out = num / np.maximum(den, eps)[..., None]
+    return out.reshape(v.shape[:-2] + (-1, v.shape[-1]))[..., :n, :]
 
 
 def _ref_chunked_causal(q, k, v, phi, C):
@@ -387,36 +387,100 @@ def _cases_chunked_causal() -> list:
     ]
 
 
+LOOP_CHUNKS = 128  # the chunks of the loop check: a loop over them runs its body this many times
+
+
+def _no_loop_over_chunks(ex: Exercise) -> Callable:
+    """Prepare a 256-token input in 128 chunks; run(fn) counts the lines fn's own code executes.
+
+    A form that computes every chunk at once runs each of its lines a few times; a Python loop over
+    the chunks (or the tokens) runs its body once per chunk, 128 times. Lines of code written in the
+    file (or notebook cell) of ``fn`` are counted, helpers defined beside it included.
+    """
+    import sys
+
+    rng = np.random.default_rng(612)
+    C = 2
+    q, k, v = qkv(rng, C * LOOP_CHUNKS, C * LOOP_CHUNKS)
+    phi = elu_phi()
+    expected = ex.reference(q, k, v, phi, C)
+
+    def run(fn: Callable) -> tuple[str | None, str]:
+        where = f"A long input: q ({C * LOOP_CHUNKS}, 4), k, v, phi = elu+1, C = {C} ({LOOP_CHUNKS} chunks)"
+        home = getattr(getattr(fn, "__code__", None), "co_filename", None)
+        lines = [0]
+
+        def tracer(frame, event, arg):
+            if frame.f_code.co_filename != home:
+                return None
+            if event == "line":
+                lines[0] += 1
+            return tracer
+
+        previous = sys.gettrace()
+        if home is not None:
+            sys.settrace(tracer)
+        try:
+            call = ex.call(fn, (q, k, v, phi, C))
+        finally:
+            sys.settrace(previous)
+        if call.library or (call.unwatched and call.error is None):
+            return ex.library_problem(where, call.library), ""
+        if call.error is not None:
+            return ex._raised(call.error, where, None, False), ""
+        problem = ex._compare(call.result, expected)
+        if problem is not None:
+            return f"Not yet. {where}:\n  {problem}{ex._stuck()}", ""
+        if lines[0] > LOOP_CHUNKS // 2:
+            return ("Almost!\n" + wrap(
+                f"The values are right, but your function's own lines ran {lines[0]} times on "
+                f"{LOOP_CHUNKS} chunks: it loops over the chunks (or the tokens), as the chapter's "
+                "chunked_numpy does. This exercise is the form without that loop: lay the chunks "
+                "out as an extra axis (pad N to a multiple of C, reshape to (..., N/C, C, d_phi)), "
+                "compute every masked block in one batched product, and get the state before "
+                "each chunk from a cumulative sum over the chunk axis.") + ex._stuck(), "")
+        return None, (f" It computed {LOOP_CHUNKS} chunks without a loop over them ({lines[0]} "
+                      "lines of your code ran).")
+
+    return run
+
+
 chunked_form = Exercise(
     name="chunked_causal",
     path="exercises.causal.chunked_form",
     fn_name="chunked_causal",
     chapter="causal",
-    title="Derive the chunked form from the recurrence",
+    title="Every chunk at once: the chunked form without a loop",
     task="""
-        Starting from the recurrence only (S_t = S_{t-1} + phi(k_t) v_t^T, z_t likewise,
-        y_t = phi(q_t)^T S_t / max(phi(q_t) . z_t, 1e-6)), derive how a whole chunk of C tokens
-        can be computed at once from the state before it, then write
+        The chapter's chunked_numpy walks the chunks one after another. Write
         `chunked_causal(q, k, v, phi, C)` for q, k: (..., N, d), v: (..., N, d_v), returning
-        (..., N, d_v). Loop over chunks, not tokens. check() uses C that divides N and C that
-        does not, C = 1, C > N, one token, batch dims, relu features whose denominators
-        reach 0 and identity features whose denominators are negative. An answer that calls
-        the library's chunked form does not pass.
+        (..., N, d_v), that computes every chunk at once, with no Python loop over the chunks
+        or the tokens: the chunks as an extra axis (pad N with zero rows up to a multiple of C),
+        every masked C x C block in one batched product, and the state before each chunk,
+        S_[c] and z_[c], from a cumulative sum of the chunks' own sums over the chunk axis
+        (derive which one: a chunk's queries must not see its own pairs through the state).
+        Clamp the denominator to max(., 1e-6). check() uses C that divides N and C that does
+        not, C = 1, C > N, one token, batch dims, relu features whose denominators reach 0 and
+        identity features whose denominators are negative, then counts the lines your code
+        runs on 128 chunks: a loop over them does not pass, nor does an answer that calls the
+        library's chunked form.
     """,
     arg_names=("q", "k", "v", "phi", "C"),
     cases=_cases_chunked_causal,
     reference=_ref_chunked_causal,
     solution_fn=_solution_chunked_causal,
     hints=[
-        "Write y_t for a token t in chunk c as a sum over j <= t, and split it in two: the tokens "
-        "j in earlier chunks and the tokens j of chunk c up to t. The first part is the same "
-        "sum for every query of the chunk.",
-        "The earlier chunks enter only through their total, the state S (and z) before the "
-        "chunk: phi(q_t)^T S. The chunk's own part is a small masked attention: "
-        "tril(Q_c K_c^T) V_c, with the diagonal kept because a token sees itself.",
-        "For each chunk: A = np.tril(Qc @ Kc^T); num = Qc @ S + A @ Vc; "
-        "den = Qc . z + A.sum(-1); divide with the clamp; only then S += Kc^T Vc, z += Kc.sum. "
-        "Slicing fq[..., a:a + C, :] gives a shorter last chunk for free.",
+        "Lay the tokens out as chunks: pad (after phi, so the padding adds nothing) N up to a "
+        "multiple of C with zero rows, then reshape (..., N, d_phi) to (..., N/C, C, d_phi). "
+        "Every chunk's masked block is then one batched product, np.tril(Q @ K^T), of shape "
+        "(..., N/C, C, C).",
+        "The state before chunk c is the sum of K_j^T V_j over the chunks j < c: an exclusive "
+        "cumulative sum over the chunk axis. np.cumsum gives the inclusive one (chunk c's own "
+        "pairs counted too, and counted again by the masked block); subtract each chunk's own "
+        "sum, or shift the sums by one chunk with a zero state first.",
+        "KV = K^T @ V per chunk (..., N/C, d_phi, d_v), S = np.cumsum(KV, axis=-3) - KV, "
+        "z likewise from K.sum(-2); num = Q @ S + A @ V, den = Q . z + A.sum(-1); divide with "
+        "the clamp, reshape back to (..., N_padded, d_v) and cut the padding off.",
     ],
     mistakes=[
         Mistake(lambda q, k, v, phi, C: _chunked_variant(q, k, v, phi, C, carry=False),
@@ -438,8 +502,10 @@ chunked_form = Exercise(
                 ABS_CLAMP),
     ],
     library_answer=_library_chunked_causal,
+    extra_check=_no_loop_over_chunks,
     difficulty=3,
     minutes=30,
-    success="C = 1 gives back the recurrence and C >= N the masked quadratic form: the chunk size "
-            "trades sequential steps against the size of the diagonal blocks.",
+    success="Nothing sequential is left but a cumulative sum over N/C chunk states, which a GPU "
+            "runs as a parallel scan: this is how the chunked kernels of fla and Mamba-2 lay the "
+            "work out. C = 1 gives back the cumsum form and C >= N the masked quadratic form.",
 )
