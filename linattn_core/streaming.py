@@ -106,7 +106,9 @@ def _token(x: Any, name: str, shape: tuple[int, ...], proto: Any, cls: str) -> A
             f"{name} has shape {ops.shape_str(x)} but this {cls} expects {shape} (*batch_shape, dim)"
         )
     if be.is_torch:
-        return x.to(dtype=proto.dtype, device=proto.device)
+        if x.device != proto.device:  # never copied across devices behind the caller's back
+            raise TypeError(f"{name} is on {x.device} but this {cls} is on {proto.device}")
+        return x.to(dtype=proto.dtype)
     return x.astype(proto.dtype, copy=False)
 
 

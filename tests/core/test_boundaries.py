@@ -316,6 +316,16 @@ def test_beta_on_another_device_is_refused_where_it_enters():
         decayed_linear_attention(q, k, v, log_decay=torch.zeros(2, 5, dtype=torch.float64, device="meta"))
 
 
+@pytest.mark.parametrize("cls", [LinearAttentionState, KVCache, DecayedState, DeltaRuleState],
+                         ids=lambda c: c.__name__)
+def test_a_token_on_another_device_is_refused_not_copied(cls):
+    state = cls(4, 3, like=torch.zeros(1, dtype=torch.float64))
+    k = torch.ones(4, dtype=torch.float64, device="meta")
+    with pytest.raises(TypeError, match=says(f"k_t is on meta but this {cls.__name__} is on cpu")):
+        (state.append if cls is KVCache else state.update)(k, torch.ones(3, dtype=torch.float64),
+                                                            *STATES[cls])
+
+
 @pytest.mark.parametrize("backend", ["numpy", "torch"])
 def test_integer_or_boolean_betas_and_gates_are_refused(backend):
     wrap = torch.from_numpy if backend == "torch" else np.asarray
