@@ -61,7 +61,16 @@ from .cost import (
 )
 from .memory import available_memory, format_bytes, peak_memory
 from .plots import memory_figure, model_figure, time_figure
-from .sweeps import Method, Record, format_table, loglog_slope, measured_crossover, standard_methods, sweep
+from .sweeps import (
+    Method,
+    Record,
+    crossing,
+    format_table,
+    loglog_slope,
+    measured_crossover,
+    standard_methods,
+    sweep,
+)
 
 __all__ = [
     "COUNTED",
@@ -76,6 +85,7 @@ __all__ = [
     "copy_rate",
     "cost_curves",
     "cpu_name",
+    "crossing",
     "crossover_length",
     "decode_memory",
     "describe_device",

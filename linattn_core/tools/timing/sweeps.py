@@ -22,8 +22,8 @@ from .clock import _synchronizer, time_calls
 from .cost import CAUSAL_ONLY, METHODS, check_sizes, flops, predicted_bytes
 from .memory import available_memory, format_bytes, peak_memory
 
-__all__ = ["Method", "Record", "format_table", "loglog_slope", "measured_crossover", "measured_records",
-           "standard_methods", "sweep"]
+__all__ = ["Method", "Record", "crossing", "format_table", "loglog_slope", "measured_crossover",
+           "measured_records", "standard_methods", "sweep"]
 
 
 @dataclass
@@ -355,10 +355,21 @@ def measured_crossover(records: Iterable[Record], slow: str, fast: str, *, causa
     cf = causal if causal_fast is None else causal_fast
     a = {r.N: r.median_s for r in measured_records(records, slow, causal)}
     b = {r.N: r.median_s for r in measured_records(records, fast, cf)}
-    common = sorted(set(a) & set(b))
-    if not common:
+    if not set(a) & set(b):
         raise ValueError(f"no length where both {slow!r} and {fast!r} were measured")
-    ratio = [math.log(b[n] / a[n]) for n in common]  # > 0 where fast is slower
+    return crossing(a, b)
+
+
+def crossing(slow: Mapping[int, float], fast: Mapping[int, float]) -> float | None:
+    """The length from which on ``fast`` takes less time than ``slow`` (``{N: seconds}`` each, compared
+    where both have a time): after the last length where ``fast`` is still slower, interpolated
+    linearly in ``log N`` on ``log(fast / slow)``. The first common length if ``fast`` is faster at
+    every one, None if it is slower at the longest (or there is no common length). The one rule for
+    every crossover the book and the benchmark read from measurements."""
+    common = sorted(set(slow) & set(fast))
+    if not common:
+        return None
+    ratio = [math.log(fast[n] / slow[n]) for n in common]  # > 0 where fast is slower
     losing = [i for i, r in enumerate(ratio) if r > 0]
     if not losing:
         return float(common[0])
