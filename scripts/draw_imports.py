@@ -15,7 +15,9 @@ The tiers (CONTRIBUTING.md, "Layout"), read from where a module lives:
 - entry: a top-level module that only starts a command (``python -m linattn_core.train``).
 
 Imports go one way, base <- core <- speed (through ``linattn_core.fast`` alone) and core <- lm <-
-tools <- entry; tests/core/test_layout.py checks that and that no modules import each other in a cycle.
+tools <- entry, with no cycles: the import-linter contracts in pyproject.toml state it (``lint-imports``,
+run by ``make test``) and tests/core/test_layout.py checks, with the tiers read here, that they name
+every module of each folder.
 Every import counts, also one inside a function (the package imports torch and plotly lazily, and
 its own modules sometimes too). Only the standard library is used (``ast``), so the drawing needs
 nothing installed and imports none of the package.
