@@ -37,6 +37,7 @@ import inspect
 import os
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -270,11 +271,16 @@ def write_course(out: Path, only: list[str] | None = None, *, summative: bool = 
 
 
 def release(out: Path, chapter: str) -> None:
-    """``nbgrader generate_assignment``: the learners' notebook, in ``out/release/<chapter>/``."""
+    """``nbgrader generate_assignment``: the learners' notebook, in ``out/release/<chapter>/``, with the
+    chapter copy without solutions beside it (``chapter/<chapter>.ipynb``)."""
     # nbgrader runs alembic as a command: this environment's bin/ goes first on PATH
     env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
     subprocess.run([sys.executable, "-m", "nbgrader", "generate_assignment", chapter, "--force"],
                    cwd=out, env=env, check=True)
+    # nbgrader copies no notebook it does not grade: the chapter copy goes to the release here
+    copy = out / "source" / chapter / "chapter"
+    if copy.is_dir():
+        shutil.copytree(copy, out / "release" / chapter / "chapter", dirs_exist_ok=True)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,11 +1,13 @@
 """The autograder release (scripts/make_assignments.py): grades agree with check().
 
 The fast tests run the generated source notebooks in-process: every solution cell passes its
-graded cell, points are the stars, open exercises carry their chapter's statement and rubric, and a
-summative release switches solution() off and limits hints. The nbgrader test runs the real cycle
-on the summative trade-offs assignment: generate the release, hand in a correct notebook, one with a
-wrong ``kv_cache_bytes``, one whose ``clamped_normalize`` calls the library and a blank one,
-autograde, and read the gradebook: full marks, a star's points less, and none.
+graded cells, points are four a star split over the groups of inputs, open exercises carry their
+chapter's statement and rubric and point at the chapter without solutions, and a summative release
+switches solution() off and limits hints. The nbgrader test plays a learner in a summative release
+(formative(), the flag cleared by hand, the kit's solution, the library's attention, printing the
+solution, the key, the rubric and the model answer): autograde gives none of it a point, honest
+answers all of them and a partly right one part of them. "Run all" on a notebook twin and on the
+chapter copy runs no solution.
 """
 
 from __future__ import annotations
@@ -211,53 +213,123 @@ def _answer(nb: nbformat.NotebookNode, answers: dict[str, str]) -> nbformat.Note
     return nb
 
 
+def _insert_after_setup(nb: nbformat.NotebookNode, source: str) -> nbformat.NotebookNode:
+    """A learner's own cell, added right after the locked set-up cell (nbgrader keeps such cells)."""
+    nb = nbformat.from_dict(nb)
+    nb.cells.insert(2, nbformat.v4.new_code_cell(source))
+    return nb
+
+
+KIT_SOLUTION = ("def associative_attention(q, k, v, phi):\n"
+                "    return exercises.get('associative_attention').solution_fn(q, k, v, phi)")
+LIBRARY = ("import linattn_core\n\n"
+           "def associative_attention(q, k, v, phi):\n"
+           "    return linattn_core.linear_attention(q, k, v, phi)")
+QUADRATIC = ("def associative_attention(q, k, v, phi):\n"
+             "    A = phi(q) @ np.swapaxes(phi(k), -1, -2)       # N x N: right values, wrong memory\n"
+             "    return (A @ v) / np.maximum(A.sum(-1), 1e-6)[..., None]")
+LOOKS = ("from linattn_core.tools import course\n"
+         "ex = exercises.get('associative_attention')\n"
+         "ex.solution()\n"
+         "print('SOURCE:', ex.solution_source())\n"
+         "print('KEY:', course.answer_key('associative_attention'))\n"
+         "print('RUBRIC:', course.rubric('ex-softmax-split'))\n"
+         "print('MODEL:', course.model_answer('ex-softmax-split'))")
+
+
 @pytest.mark.slow
-def test_nbgrader_grades_right_wrong_library_and_blank(tmp_path):
+def test_a_learner_in_a_graded_release(tmp_path):
+    """A learner plays every trick on a summative release and gets nothing for it; honest answers get
+    their points, partly right ones part of them; nothing of a solution or a model answer shows.
+
+    The attempts: a cell calling ``exercises.formative()`` then the kit's own solution; a cell that
+    clears the mode's flag by hand, then the kit's solution; an answer calling the library's own
+    attention; a cell printing the solution, the answer key, the rubric and the model answer (and a
+    blank answer); running every cell of the chapter copy the assignment points at.
+    """
     pytest.importorskip("nbgrader")
     if shutil.which("alembic", path=str(Path(sys.executable).parent)) is None:
         pytest.skip("nbgrader's alembic command is not installed beside this Python")
-    course = tmp_path / "course"
-    make_assignments.write_course(course, ["tradeoffs", "softmax"], summative=True)
-    _nbgrader(course, "generate_assignment", "softmax")  # an open exercise: its answer cell
-    handout = nbformat.read(course / "release" / "softmax" / "softmax.ipynb", as_version=4)
-    answer = next(c for c in handout.cells
-                  if c.metadata["nbgrader"]["grade_id"] == "answer_ex-softmax-split")
-    assert "YOUR ANSWER HERE" in answer.source and "A full answer" not in answer.source
-    _nbgrader(course, "generate_assignment", "tradeoffs")
-    release = nbformat.read(course / "release" / "tradeoffs" / "tradeoffs.ipynb", as_version=4)
-    assert "exercises.summative(max_hints=0)" in release.cells[1].source
-    items = make_assignments.chapters()["tradeoffs"]
-    names = [ex.name for ex in items]
-    total = sum(ex.difficulty for ex in items)
-    assert "kv_cache_bytes" in names and "clamped_normalize" in names
-    right = {name: exercises.get(name).solution_source() for name in names}
-    keys_only = "def kv_cache_bytes(t, d, d_v, itemsize):\n    return t * d * itemsize"
-    library = ("import linattn_core.attention as la\n\n"
-               "def clamped_normalize(num, den, eps):\n    return la.normalized(num, den, eps)")
-    submissions = {"right": right, "wrong": {**right, "kv_cache_bytes": keys_only},
-                   "library": {**right, "clamped_normalize": library}, "blank": {}}
-    for learner, answers in submissions.items():
-        folder = course / "submitted" / learner / "tradeoffs"
+    course_dir = tmp_path / "course"
+    make_assignments.write_course(course_dir, ["associative"], summative=True)
+    make_assignments.release(course_dir, "associative")  # nbgrader generate_assignment, and the chapter copy
+    released = course_dir / "release" / "associative"
+    handout = nbformat.read(released / "associative.ipynb", as_version=4)
+    text = " ".join(c.source for c in handout.cells)
+    assert "exercises.summative(max_hints=0)" in handout.cells[1].source
+    graded = [c for c in handout.cells if c.metadata.get("nbgrader", {}).get("grade")]
+    assert graded and all(c.source.count("exercises.summative(max_hints=0)") == 1 for c in graded)
+    for name in ("associative_attention", "kernel_attention_mine"):
+        body = exercises.get(name).solution_source().split("\n", 2)[2]
+        assert body.strip().splitlines()[0] not in text  # the solution cells are emptied
+    chapter_copy = released / "chapter" / "associative.ipynb"
+    assert chapter_copy.is_file()  # the chapter without its solutions travels with the release
+
+    items = make_assignments.chapters()["associative"]
+    right = {ex.name: exercises.get(ex.name).solution_source() for ex in items}
+    points = {ex.name: ex.points() for ex in items}
+    total = sum(sum(p.values()) for p in points.values())
+    aa = points["associative_attention"]
+    submissions = {
+        "honest": (_answer(handout, right), total),
+        "partial": (_answer(handout, {**right, "associative_attention": QUADRATIC}), total - aa["memory"]),
+        "formative": (_insert_after_setup(_answer(handout, {**right, "associative_attention": KIT_SOLUTION}),
+                                          "exercises.formative()"), total - sum(aa.values())),
+        "flag": (_insert_after_setup(_answer(handout, {**right, "associative_attention": KIT_SOLUTION}),
+                                     "exercises.grading._MODE.summative = False\n"
+                                     "exercises.grading._MODE.locked = False\n"
+                                     "exercises.grading._MODE.max_hints = None"), total - sum(aa.values())),
+        "library": (_answer(handout, {**right, "associative_attention": LIBRARY}), total - sum(aa.values())),
+        "looks": (_insert_after_setup(_answer(handout, {}), LOOKS), 0),
+    }
+    for learner, (nb, _) in submissions.items():
+        folder = course_dir / "submitted" / learner / "associative"
         folder.mkdir(parents=True)
-        nbformat.write(_answer(release, answers), folder / "tradeoffs.ipynb")
-    _nbgrader(course, "autograde", "tradeoffs")
+        nbformat.write(nb, folder / "associative.ipynb")
+    _nbgrader(course_dir, "autograde", "associative")
 
     from nbgrader.api import Gradebook
 
-    with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gb:
-        scores = {s: gb.find_submission("tradeoffs", s).score for s in submissions}
-        assert gb.find_assignment("tradeoffs").max_score == total
-    kv, clamp = (exercises.get(n).difficulty for n in ("kv_cache_bytes", "clamped_normalize"))
-    assert scores == {"right": total, "wrong": total - kv, "library": total - clamp, "blank": 0}
+    with Gradebook(f"sqlite:///{course_dir / 'gradebook.db'}") as gb:
+        assert gb.find_assignment("associative").max_score == total
+        scores = {learner: gb.find_submission("associative", learner).score for learner in submissions}
+    assert scores == {learner: expected for learner, (_, expected) in submissions.items()}
 
-    def feedback(learner):
-        graded = nbformat.read(course / "autograded" / learner / "tradeoffs" / "tradeoffs.ipynb",
-                               as_version=4)
-        return " ".join("".join(o.get("text", "") + str(o.get("evalue", "")) for c in graded.cells
-                                if c.cell_type == "code" for o in c.outputs).split())
+    def outputs(learner):
+        nb = nbformat.read(course_dir / "autograded" / learner / "associative" / "associative.ipynb",
+                           as_version=4)
+        return " ".join("".join(o.get("text", "") + str(o.get("evalue", "")) for o in c.get("outputs", []))
+                        for c in nb.cells if c.cell_type == "code")
 
-    assert "Likely cause: you counted only the keys" in feedback("wrong")  # check()'s feedback
-    assert "calls the library's own `linattn_core.attention.normalized`" in feedback("library")
+    looks = " ".join(outputs("looks").split())
+    assert "switched off" in looks
+    assert all(word in looks for word in ("SOURCE:", "KEY:", "RUBRIC:", "MODEL:"))  # it ran, printing ""
+    assert "def associative_attention" not in looks and "passes check()" not in looks
+    assert course.model_answer("ex-softmax-split")[:40] not in looks  # read in practice mode: there
+    assert "stays on" in " ".join(outputs("formative").split())
+    for learner in ("formative", "flag"):
+        assert "exercises' own solutions" in " ".join(outputs(learner).split()), learner
+    assert "calls the library's own" in " ".join(outputs("library").split())
+    assert "grows like N^2" in " ".join(outputs("partial").split())
+
+
+@pytest.mark.slow
+def test_run_all_runs_no_solution(tmp_path):
+    """"Run all" on a notebook twin and on an assignment's chapter copy: every exercise cell runs the
+    learner's stub (check() says "Not yet"), never a solution ("Correct!" is never printed)."""
+    from nbclient import NotebookClient
+
+    make_assignments.write_course(tmp_path, ["associative"])
+    for path in (ROOT / "notebooks" / "associative.ipynb",
+                 tmp_path / "source" / "associative" / "chapter" / "associative.ipynb"):
+        nb = nbformat.read(path, as_version=4)
+        NotebookClient(nb, timeout=600, kernel_name="python3", allow_errors=False,
+                       resources={"metadata": {"path": str(tmp_path)}}).execute()
+        printed = " ".join(o.get("text", "") for c in nb.cells if c.cell_type == "code"
+                           for o in c.get("outputs", []))
+        checks = [c for c in nb.cells if c.cell_type == "code" and ".check(" in c.source]
+        assert checks, path
+        assert "Correct!" not in printed and printed.count("Not yet") >= len(checks), path
 
 
 @pytest.mark.parametrize("summative", [False, True], ids=["formative", "summative"])
