@@ -222,7 +222,7 @@ def test_ten_weeks_place_every_exercise_once_with_its_points():
     titles = {ex.title: ex for ex in exercises.OPEN.values()}
     placed: list[str] = []
     total = 0
-    for week, _, _, lab, ticket in _course_rows():
+    for week, _, _, lab, _ in _course_rows():
         points = 0
         for name, value in re.findall(r"`(\w+)` (\d+)", lab):
             assert sum(exercises.get(name).points().values()) == int(value), (week, name)

@@ -25,7 +25,7 @@ def test_model_state_bytes_verdicts_name_the_right_cause(capsys):
 def test_model_state_bytes_says_which_model_and_dtype():
     task = " ".join(exercises.training.model_state_bytes.task.split())
     for words in ("n_layer layers", "n_head heads", "normaliser z", "n_embd = n_head * d_v",
-                  "S (d_phi x d_v) and z (d_phi)", "float32"):
+                  "S (d_phi x d_v) and z (d_phi)", "float32", "Count, do not allocate", "22 PiB"):
         assert words in task, words
     text = " ".join((BOOK / "training.md").read_text(encoding="utf-8").split())
     block = text.split(":label: ex-training-state-bytes", 1)[1].split("```", 1)[0]

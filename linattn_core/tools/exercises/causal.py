@@ -506,6 +506,7 @@ chunked_form = Exercise(
     difficulty=3,
     minutes=30,
     success="Nothing sequential is left but a cumulative sum over N/C chunk states, which a GPU "
-            "runs as a parallel scan: this is how the chunked kernels of fla and Mamba-2 lay the "
-            "work out. C = 1 gives back the cumsum form and C >= N the masked quadratic form.",
+            "runs as a parallel scan: this is how the chunked kernels of flash-linear-attention and "
+            "Mamba-2 lay the work out. C = 1 gives back the cumsum form and C >= N the masked "
+            "quadratic form.",
 )

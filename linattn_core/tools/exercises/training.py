@@ -67,9 +67,11 @@ model_state_bytes = Exercise(
         n_embd = n_head * d_v) and a feature map of width d_phi. Each layer keeps one state for
         all its heads: per head S (d_phi x d_v) and z (d_phi), itemsize bytes per number (4 for
         float32, the dtype in which the training chapter's models keep their states). It does not
-        depend on the context length. check() tries d_phi != d_v, float64, float32 and 2-byte
-        numbers, one head of one number, a Performer-sized d_phi and a count so large that only
-        exact integer arithmetic gets it right.
+        depend on the context length. Count, do not allocate: one input describes a model whose
+        states would take about 22 PiB, so an answer that builds the arrays (or the library's
+        states) to measure them cannot finish. check() tries d_phi != d_v, float64, float32 and
+        2-byte numbers, one head of one number, a Performer-sized d_phi and that count, so large
+        that only exact integer arithmetic gets it right.
     """,
     arg_names=("n_layer", "n_head", "d_phi", "d_v", "itemsize"),
     cases=_cases_model_state_bytes,
