@@ -154,10 +154,28 @@ def test_the_projections_into_the_residual_start_scaled_by_depth(kind, n_layer):
     # estimate a std to within about 3% (at 4 sigma), so 0.02 and 0.02 / sqrt(2) are far apart.
     torch.manual_seed(0)
     cfg = ModelConfig(vocab_size=VOCAB, attention=kind, block_size=16, n_layer=n_layer, n_head=2, n_embd=64)
-    model = LanguageModel(cfg)
+    model = LanguageModel(cfg).requires_grad_(False)
     scaled = 0.02 / (2 * n_layer) ** 0.5
     for block in model.blocks:
         for weight in (block.attn.o_proj.weight, block.mlp.proj.weight):
             assert abs(float(weight.std()) / scaled - 1) < 0.05, f"{kind}: std {float(weight.std()):.4f}"
         assert abs(float(block.mlp.fc.weight.std()) / 0.02 - 1) < 0.05
     assert abs(float(model.wte.weight.std()) / 0.02 - 1) < 0.2  # 13 x 64 draws: a looser estimate
+
+
+def test_the_conv_starts_as_asked_and_nothing_else_moves():
+    """conv_init="uniform" keeps torch's draw for the conv (the stored recall runs' start) and every
+    other weight as "normal" draws it; a name it does not know is refused."""
+    from linattn_core.lm.model import LanguageModel, ModelConfig
+
+    def model(init):
+        torch.manual_seed(0)
+        return LanguageModel(ModelConfig(vocab_size=11, attention="deltanet", n_embd=32, n_head=2,
+                                         conv_init=init))
+
+    normal, uniform = model("normal"), model("uniform")
+    w_n, w_u = normal.blocks[0].attn.conv.weight, uniform.blocks[0].attn.conv.weight
+    assert float(w_n.std()) < 0.03 < 0.2 < float(w_u.std())
+    assert float(w_u.abs().max()) <= 0.5  # kaiming-uniform bound for 4 taps: 1 / sqrt(4)
+    with pytest.raises(ValueError, match="conv_init must be one of"):
+        ModelConfig(vocab_size=11, conv_init="zeros")
