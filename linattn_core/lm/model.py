@@ -42,10 +42,12 @@ from torch import nn
 
 from .layers import LAYERS, Attention, LayerState
 
-__all__ = ["KINDS", "LAYERS", "Attention", "LanguageModel", "ModelConfig"]
+__all__ = ["CONV_INITS", "KINDS", "LAYERS", "Attention", "LanguageModel", "ModelConfig"]
 
 #: The layer names, in the registry's order (the names ``--attention`` takes).
 KINDS = tuple(LAYERS)
+#: How the short convolution's filters start (:attr:`ModelConfig.conv_init`).
+CONV_INITS = ("normal", "uniform")
 
 
 @dataclass
@@ -62,6 +64,9 @@ class ModelConfig:
     num_features: int = 32  # Performer's m = d_phi
     seed: int = 0  # Performer's random projections (layer l uses seed + l)
     conv: int | None = None  # short conv kernel: None the layer's own default, 0 none, W on every layer
+    # the conv's filters at the start: "normal" as fla draws them (std 0.02, like the projections), or
+    # "uniform", torch's default for nn.Conv1d (std 0.29 for 4 taps), which the stored recall runs used
+    conv_init: str = "normal"
 
     def __post_init__(self) -> None:
         if self.attention not in LAYERS:
@@ -72,6 +77,8 @@ class ModelConfig:
                 raise ValueError(f"{name} must be a positive int, got {value!r}")
         if self.n_embd % self.n_head:
             raise ValueError(f"n_embd ({self.n_embd}) must be divisible by n_head ({self.n_head})")
+        if self.conv_init not in CONV_INITS:
+            raise ValueError(f"conv_init must be one of {CONV_INITS}, got {self.conv_init!r}")
         if self.conv is not None and (isinstance(self.conv, bool) or not isinstance(self.conv, int)
                                       or self.conv < 0):
             raise ValueError(f"conv must be None (the layer's default), 0 (none) or a kernel size >= 1,"
@@ -127,7 +134,7 @@ class LanguageModel(nn.Module):
         self.wpe = nn.Embedding(cfg.block_size, cfg.n_embd)
         self.blocks = nn.ModuleList(Block(cfg, layer) for layer in range(cfg.n_layer))
         self.ln_f = nn.LayerNorm(cfg.n_embd)
-        self.apply(self._init_weights)
+        self.apply(self._init_weights if cfg.conv_init == "normal" else self._init_weights_but_conv)
         for name, p in self.named_parameters():  # GPT-2: the projections into the residual scaled by depth
             if name.endswith(("attn.o_proj.weight", "mlp.proj.weight")):
                 nn.init.normal_(p, mean=0.0, std=0.02 / math.sqrt(2 * cfg.n_layer))
@@ -142,6 +149,11 @@ class LanguageModel(nn.Module):
             nn.init.normal_(module.weight, mean=0.0, std=0.02)
         if isinstance(module, nn.Linear) and module.bias is not None:
             nn.init.zeros_(module.bias)
+
+    @classmethod
+    def _init_weights_but_conv(cls, module: nn.Module) -> None:
+        if not isinstance(module, nn.Conv1d):  # the conv keeps the draw torch made when it was built
+            cls._init_weights(module)
 
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())

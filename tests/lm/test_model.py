@@ -163,9 +163,9 @@ def test_the_projections_into_the_residual_start_scaled_by_depth(kind, n_layer):
     assert abs(float(model.wte.weight.std()) / 0.02 - 1) < 0.2  # 13 x 64 draws: a looser estimate
 
 
-def test_the_conv_starts_as_asked_and_nothing_else_moves():
-    """conv_init="uniform" keeps torch's draw for the conv (the stored recall runs' start) and every
-    other weight as "normal" draws it; a name it does not know is refused."""
+def test_the_conv_starts_as_asked():
+    """conv_init="uniform" keeps torch's draw for the conv (the stored recall runs' start), "normal"
+    draws it as fla does; a name it does not know is refused."""
     from linattn_core.lm.model import LanguageModel, ModelConfig
 
     def model(init):
