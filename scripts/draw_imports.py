@@ -112,7 +112,16 @@ def imports(module: str, path: Path, known: dict[str, Path]) -> set[str]:
     is_package = path.name == "__init__.py"
     here = module.split(".") if is_package else module.split(".")[:-1]
     out = set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    # a module's __getattr__ only aliases names that moved elsewhere, resolved on first use (as the
+    # contracts in pyproject.toml ignore it): not an import of the module's own code
+    aliases = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "__getattr__"]
+    # nor does an import that only a type checker runs (``if TYPE_CHECKING:``)
+    typing_only = [n for n in tree.body if isinstance(n, ast.If) and "TYPE_CHECKING" in ast.unparse(n.test)]
+    skip = {id(n) for a in aliases + typing_only for n in ast.walk(a)}
+    for node in ast.walk(tree):
+        if id(node) in skip:
+            continue
         if isinstance(node, ast.Import):
             out |= {a.name for a in node.names if a.name.split(".")[0] == PACKAGE}
         elif isinstance(node, ast.ImportFrom):
