@@ -74,6 +74,26 @@ def test_quick_run_times_a_training_step_per_layer(quick_json):
     assert {f"training step: {k} vs softmax, 1 thread" for k in LAYERS if k != "softmax"} <= names
 
 
+def test_quick_run_sweeps_the_whole_model_against_context(quick_json):
+    from linattn_core.lm.layers import LAYERS
+    from linattn_core.tools.bench import models as bench_models
+
+    sweep = quick_json["models"]
+    assert sweep["config"] == json.loads(json.dumps(asdict(bench_models.SIZES["quick"]())))
+    assert set(sweep["crossovers"]["training"]) == set(LAYERS) - {"softmax"}
+    assert sweep["crossovers"]["training"] == bench_models.crossovers(sweep["training"])
+    assert sweep["device"].startswith("cpu")  # labelled with the device it ran on
+
+
+def test_parts_run_alone(capsys):
+    bench.main(["--quick", "--device", "cpu", "--no-progress", "--parts", "forward"])
+    out = capsys.readouterr().out
+    assert "Non-causal against causal on the same inputs" in out
+    assert "Training, forward + backward" not in out and "whole model against context" not in out
+    with pytest.raises(SystemExit):
+        bench.main(["--parts", "everything"])
+
+
 def test_layer_targets_verdicts():
     results = [{"kind": "softmax", "threads": 1, "ratio_to_softmax": 1.0},
                {"kind": "gla", "threads": 1, "ratio_to_softmax": 2.5},

@@ -9,6 +9,7 @@ Run it with ``python -m linattn_core.bench`` (or ``make bench``). Options:
 ``--max-call-s S`` per-call time budget (longer lengths of a method that exceeds it are skipped)
 ``--budget-s S``   time budget of the whole sweep
 ``--threads T``    torch CPU threads during the sweep (one gives steadier numbers on a busy machine)
+``--parts P ...``  only these parts: ``forward training decoding layers models`` (default: all)
 
 What is measured (float32, ``batch_heads = 8``, ``d = d_v = 64``, ``N = 256 .. 65536``): the naive softmax
 form, ``torch.nn.functional.scaled_dot_product_attention`` (SDPA), non-causal linear attention, and the
@@ -16,12 +17,20 @@ causal forms (naive softmax and SDPA with the causal mask, linear ``recurrent``,
 ``auto``), plus this machine's float32 matmul rate (best of 2048³ and 4096³ products, measured before and
 after the sweep; the higher is used) as the yardstick for GFLOP/s. All of it goes through
 :mod:`linattn_core.tools.timing`: the same timer, memory measurement and guards as
-the book. The targets at the end are *reported*, not tested: the command always exits 0.
+the book. At each length the methods are timed together, interleaved (``timing.time_calls``: a block of
+each in turn, 15 rounds at least where the time allows), so that a busy machine's phases land on all of
+them and show in their interquartile ranges; a target whose measurements spread wider than their
+median prints its value with ``noisy: IQR > median, no verdict`` instead of PASS or FAIL. The targets at
+the end are *reported*, not tested: the command always exits 0. Among them: the non-causal form
+against the causal chunked form of the same pass on the same inputs (at most as slow from N = 1024 on)
+and its fraction of the matmul rate at 16,384 (at least 60%).
 
 The parts, one module each: :mod:`.suite` (the forward sweep and the whole run), :mod:`.train`
 (forward + backward), :mod:`.decode` (one generated token, KV cache against state), :mod:`.layers`
-(one training step of the whole language model per attention layer, against softmax's), :mod:`.targets`
-(what is reported and how).
+(one training step of the whole language model per attention layer, against softmax's), :mod:`.models`
+(the whole model against context: training and generation tokens/s per layer from 128 to 8,192 tokens
+and the context where each linear layer overtakes softmax; ``python -m linattn_core.tools.bench.models``
+alone), :mod:`.targets` (what is reported and how).
 
 FLOPs come from the one cost model, :func:`linattn_core.tools.timing.flops`. The chunked rows count the
 masked intra-chunk products in full, ``4 N d d_v + 2 N C (d + d_v)`` per batch-head, so that every

@@ -86,8 +86,8 @@ SIZES: dict[str, Callable[[], ModelSweepConfig]] = {
     "quick": lambda: ModelSweepConfig(n_layer=1, n_head=2, n_embd=16, chunk_size=8, vocab_size=11,
                                       contexts=(16, 32), tokens_per_step=64, gen_steps=3, repeats=3,
                                       min_run_time=0.005, max_run_time=0.02, threads=1),
-    "book": lambda: replace(_full(), contexts=(128, 1024), tokens_per_step=2048, gen_steps=4, repeats=3,
-                            min_run_time=0.05, max_run_time=0.3, kinds=("softmax", "elu+1"), threads=1),
+    "book": lambda: replace(_full(), contexts=(128, 512), tokens_per_step=1024, gen_steps=4, repeats=3,
+                            min_run_time=0.05, max_run_time=0.2, kinds=("softmax", "elu+1"), threads=1),
 }
 
 
@@ -253,6 +253,7 @@ def run(cfg: ModelSweepConfig, *, device: Any = None, command: str | None = None
         raise ValueError(f"contexts must be longer than gen_steps + 1 = {cfg.gen_steps + 1}, got "
                          f"{cfg.contexts}")
     start = time.perf_counter()
+    commit = git_commit()  # the code that runs is the code at the start (HEAD may move meanwhile)
     with num_threads(cfg.threads):
         hardware = environment(dev, "float32")
         if say is not None:
@@ -275,7 +276,7 @@ def run(cfg: ModelSweepConfig, *, device: Any = None, command: str | None = None
         generation = _generation(cfg, kinds, dev, say)
     result = {
         "command": command or "python -m linattn_core.tools.bench.models",
-        "git_commit": git_commit(),
+        "git_commit": commit,
         "hardware": hardware,
         "device": hardware["device_description"],
         "config": asdict(cfg),

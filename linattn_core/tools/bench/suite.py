@@ -19,6 +19,7 @@ from .targets import Target, find, format_targets, judged, ratio_target
 __all__ = ["Config", "evaluate_targets", "main", "run"]
 
 FULL_LENGTHS = (256, 1024, 4096, 16384, 65536)
+PARTS = ("forward", "training", "decoding", "layers", "models")
 QUICK_LENGTHS = (64, 128)
 
 
@@ -49,13 +50,18 @@ class Config:
     # the thread counts (None: the machine's default)
     layer_sizes: str = "full"
     layer_threads: tuple[int | None, ...] = (1, None)
+    # the whole model against context (bench_models.SIZES)
+    model_sizes: str = "full"
+    # the parts of the run (--parts): the forward sweep, training, decoding, the layers' step, the models
+    parts: tuple[str, ...] = PARTS
 
     @classmethod
     def quick(cls) -> Config:
         """Tiny sizes: every code path in a few seconds (used by the tests)."""
         return cls(lengths=QUICK_LENGTHS, batch_heads=2, d=16, d_v=16, chunk_size=16, matmul_sizes=(128,),
                    min_run_time=0.005, max_run_time=0.02, repeats=3, max_call_s=2.0, budget_s=60.0,
-                   decode_contexts=(32, 64), decode_batches=(1,), layer_sizes="quick", layer_threads=(1,))
+                   decode_contexts=(32, 64), decode_batches=(1,), layer_sizes="quick", layer_threads=(1,),
+                   model_sizes="quick")
 
 
 def _fraction(records: Sequence[T.Record], matmul_gflops: float, N: int, at_least: float,
@@ -270,57 +276,86 @@ def run(config: Config, *, device: Any = None, progress: bool | None = None,
         say(f"checked against the float64 references (N=67): max |difference| = {worst['float64']:.1e} "
             f"(float64 inputs), {worst['float32']:.1e} (float32 inputs)"
             + (f"; WRONG: {wrong}" if wrong else ""))
+        parts = set(config.parts)
         records = T.sweep(methods, config.lengths, d=config.d, d_v=config.d_v,
                           batch_heads=config.batch_heads, dtype=config.dtype, device=dev,
                           min_run_time=config.min_run_time, min_repeats=config.repeats,
                           max_run_time=config.max_run_time, max_call_s=config.max_call_s,
-                          budget_s=config.budget_s, progress=progress)
+                          budget_s=config.budget_s, progress=progress) if "forward" in parts else []
         # training: forward + backward (sdpa_train, chunked_train, chunked_train_autograd; see bench_train)
-        train_checks = bench_train.check_train(dev, chunk_size=config.chunk_size)
-        train = bench_train.train_sweep(config.lengths, batch_heads=config.batch_heads, d=config.d,
-                                        d_v=config.d_v, dtype=config.dtype, device=dev,
-                                        chunk_size=config.chunk_size, min_run_time=config.min_run_time,
-                                        max_run_time=config.max_run_time, max_call_s=config.max_call_s,
-                                        budget_s=config.budget_s, min_repeats=config.repeats)
+        train_checks, train = {}, []
+        if "training" in parts:
+            train_checks = bench_train.check_train(dev, chunk_size=config.chunk_size)
+            train = bench_train.train_sweep(config.lengths, batch_heads=config.batch_heads, d=config.d,
+                                            d_v=config.d_v, dtype=config.dtype, device=dev,
+                                            chunk_size=config.chunk_size, min_run_time=config.min_run_time,
+                                            max_run_time=config.max_run_time, max_call_s=config.max_call_s,
+                                            budget_s=config.budget_s, min_repeats=config.repeats)
         # decoding: one token with a KV cache against a fixed-size state (see bench_decode)
         decoding = bench_decode.decode_sweep(config.decode_contexts, batches=config.decode_batches,
                                              batch_heads=config.batch_heads, d=config.d,
-                                             device=str(dev.type))
+                                             device=str(dev.type)) if "decoding" in parts else []
         # again after the sweep: on a shared machine the rate drifts, and the fractions below use the
         # higher of the two (the stricter yardstick)
         rate_after = T.matmul_rate(dev, config.matmul_sizes, config.dtype, min_run_time=config.min_run_time)
-    # the whole model's training step per layer: on the CPU, on one thread and on the machine's default
-    # (outside the block above, which may have set the threads); imported here, so that
-    # python -m linattn_core.tools.bench.layers does not find its module already imported
+    # the whole model: its training step per layer at the training chapter's context, on one thread and on
+    # the machine's default (outside the block above, which may have set the threads), and against
+    # context (training and generation, the crossovers); imported here, so that python -m
+    # linattn_core.tools.bench.layers (or .models) does not find its module already imported
     from . import layers as bench_layers
+    from . import models as bench_models
 
-    layer_bench = bench_layers.layer_steps(sizes=config.layer_sizes, threads=config.layer_threads)
+    layer_bench = (bench_layers.layer_steps(sizes=config.layer_sizes, threads=config.layer_threads)
+                   if "layers" in parts else None)
+    model_sweep = None
+    if "models" in parts:
+        model_sweep = bench_models.run(bench_models.SIZES[config.model_sizes](), device=dev,
+                                       command="python -m linattn_core.bench (its models part)", say=None)
     matmul_gflops_before, matmul_gflops_after = matmul_gflops, rate_after / 1e9
     matmul_gflops = max(matmul_gflops_before, matmul_gflops_after)
     say(f"{config.dtype} matmul rate again after the sweep: {matmul_gflops_after:.1f} GFLOP/s "
         f"({matmul_gflops_after / matmul_gflops_before - 1:+.0%}); the fractions use {matmul_gflops:.1f}")
     itemsize = 2 if config.dtype in ("float16", "bfloat16") else (8 if config.dtype == "float64" else 4)
-    targets = evaluate_targets(records, matmul_gflops, lengths=config.lengths, itemsize=itemsize)
-    targets += bench_train.train_targets(train, train_checks, itemsize=itemsize)
-    targets += bench_decode.decode_targets(decoding)
-    targets += bench_layers.layer_targets(layer_bench)
-    say("")
-    say(format_results(records, matmul_gflops))
-    say("\nNon-causal against causal on the same inputs, timed in the same interleaved pass (median "
-        "[quartiles]; the fraction of the matmul rate counts 4 N d d_v per batch-head):")
-    say(format_noncausal(records, matmul_gflops))
-    say("\nTraining, forward + backward (FLOPs counted as 3 forwards; gradients checked in float64, N=67: "
-        + ", ".join(f"{k} {e:.1e}" for k, e in train_checks.items()) + ")")
-    say(format_results(train, matmul_gflops))
-    say(f"\nDecoding, one token (attention only, {config.batch_heads} heads, d = d_v = {config.d}, "
-        "float32, one thread)")
-    say(bench_decode.format_decode(decoding))
-    lc = layer_bench["config"]
-    say(f"\nTraining step of the whole model per layer (forward, backward, AdamW; {lc['n_layer']} layers, "
-        f"{lc['n_head']} heads, width {lc['n_embd']}, batch {lc['batch_size']}, context {lc['block_size']}, "
-        f"float32 CPU, median of {lc['rounds']} passes; parallel vs step form in float64: "
-        f"max {max(layer_bench['checks'].values()):.0e})")
-    say(bench_layers.format_layers(layer_bench["results"]))
+    targets = []
+    if "forward" in parts:
+        targets += evaluate_targets(records, matmul_gflops, lengths=config.lengths, itemsize=itemsize)
+    if "training" in parts:
+        targets += bench_train.train_targets(train, train_checks, itemsize=itemsize)
+    if "decoding" in parts:
+        targets += bench_decode.decode_targets(decoding)
+    if layer_bench is not None:
+        targets += bench_layers.layer_targets(layer_bench)
+    if records:
+        say("")
+        say(format_results(records, matmul_gflops))
+        say("\nNon-causal against causal on the same inputs, timed in the same interleaved pass (median "
+            "[quartiles]; the fraction of the matmul rate counts 4 N d d_v per batch-head):")
+        say(format_noncausal(records, matmul_gflops))
+    if train:
+        say("\nTraining, forward + backward (FLOPs counted as 3 forwards; gradients checked in float64, "
+            "N=67: " + ", ".join(f"{k} {e:.1e}" for k, e in train_checks.items()) + ")")
+        say(format_results(train, matmul_gflops))
+    if decoding:
+        say(f"\nDecoding, one token (attention only, {config.batch_heads} heads, d = d_v = {config.d}, "
+            "float32, one thread)")
+        say(bench_decode.format_decode(decoding))
+    if layer_bench is not None:
+        lc = layer_bench["config"]
+        say(f"\nTraining step of the whole model per layer (forward, backward, AdamW; {lc['n_layer']} "
+            f"layers, {lc['n_head']} heads, width {lc['n_embd']}, batch {lc['batch_size']}, context "
+            f"{lc['block_size']}, float32 CPU, layers interleaved; parallel vs step form in float64: "
+            f"max {max(layer_bench['checks'].values()):.0e})")
+        say(bench_layers.format_layers(layer_bench["results"]))
+    if model_sweep is not None:
+        mc = model_sweep["config"]
+        say(f"\nThe whole model against context ({model_sweep['device']}; {mc['n_layer']} layers, "
+            f"{mc['n_head']} heads, width {mc['n_embd']}, float32; training {mc['tokens_per_step']} tokens a "
+            f"step, generation batch {mc['gen_batch']}; layers interleaved at each context)")
+        for what in ("training", "generation"):
+            say(f"{what}:")
+            say(bench_models.format_sweep(model_sweep[what], what=what))
+        say("the context from which each linear layer's tokens/s passes softmax's:")
+        say(bench_models.format_crossovers(model_sweep))
     say("")
     say("Targets (reported, not tested):")
     say(format_targets(targets))
@@ -337,6 +372,7 @@ def run(config: Config, *, device: Any = None, progress: bool | None = None,
         "training": {"checks": train_checks, "results": [r.to_dict(meta=False) for r in train]},
         "decode": decoding,
         "layers": layer_bench,
+        "models": model_sweep,
         "targets": [dict(name=t.name, wanted=t.wanted, value=t.value, verdict=t.verdict, note=t.note)
                     for t in targets],
     }
@@ -364,6 +400,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--threads", type=_positive(int), default=None,
                         help="torch CPU threads for the sweep (default: torch's own choice)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    parser.add_argument("--parts", nargs="+", choices=PARTS, default=None,
+                        help=f"run only these parts (default: all of {' '.join(PARTS)})")
     args = parser.parse_args(argv)
     config = Config.quick() if args.quick else Config()
     changes: dict[str, Any] = {}
@@ -378,6 +416,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         changes["budget_s"] = args.budget_s
     if args.threads is not None:
         changes["threads"] = args.threads
+    if args.parts:
+        changes["parts"] = tuple(p for p in PARTS if p in args.parts)
     if changes:
         config = replace(config, **changes)
     try:

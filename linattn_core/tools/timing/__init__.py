@@ -19,7 +19,8 @@ Everything a timing claim in the book rests on lives here, so that it can be rea
 - :mod:`~linattn_core.tools.timing.sweeps`: :func:`sweep` runs several methods over several lengths, skipping
   with a stated reason what would not fit or would run past a time budget, and returns :class:`Record`
   objects; :func:`loglog_slope` and :func:`measured_crossover` read them;
-- :mod:`~linattn_core.tools.timing.plots`: :func:`time_figure`, :func:`memory_figure`, :func:`model_figure`;
+- :mod:`~linattn_core.tools.timing.plots`: :func:`time_figure`, :func:`memory_figure`, :func:`model_figure`,
+  :func:`throughput_figure` (the whole model's tokens/s against context, one line per layer);
 - :mod:`~linattn_core.tools.timing.decode`: :func:`decode_times`, one generated token with a KV cache
   against a fixed-size state, at growing contexts.
 
@@ -60,7 +61,7 @@ from .cost import (
     predicted_bytes,
 )
 from .memory import available_memory, format_bytes, peak_memory
-from .plots import memory_figure, model_figure, time_figure
+from .plots import memory_figure, model_figure, throughput_figure, time_figure
 from .sweeps import (
     Method,
     Record,
@@ -107,6 +108,7 @@ __all__ = [
     "predicted_bytes",
     "standard_methods",
     "sweep",
+    "throughput_figure",
     "time_call",
     "time_calls",
     "time_figure",

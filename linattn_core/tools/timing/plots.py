@@ -1,4 +1,5 @@
-"""Plots of timing records: time and memory against length, and the cost model against measurements.
+"""Plots of timing records: time and memory against length, the cost model against measurements, and
+the whole model's tokens/s against context (:func:`throughput_figure`).
 
 Figures follow the book's house style (:mod:`linattn_core.tools.viz.style`): a palette with enough contrast on
 white, log axes whose every label is a number, and the legend below the plot, where long method names
@@ -15,7 +16,7 @@ import numpy as np
 from .cost import CostModel
 from .sweeps import Record, measured_records
 
-__all__ = ["memory_figure", "model_figure", "time_figure"]
+__all__ = ["memory_figure", "model_figure", "throughput_figure", "time_figure"]
 
 _DASHES = ("solid", "dash", "dot", "dashdot", "longdash", "longdashdot")
 _SYMBOLS = ("circle", "square", "diamond", "triangle-up", "x", "cross", "star", "hexagon")
@@ -111,3 +112,41 @@ def model_figure(records: Sequence[Record], model: CostModel, methods: Sequence[
     alt = (f"{title}: log-log plot of time per call against sequence length; dashed model lines and "
            f"measured markers for {names}.")
     return legend_below(finish(fig, title=title, alt=alt, height=460))
+
+
+def throughput_figure(result: dict, what: str = "training", *, title: str | None = None) -> Any:
+    """Tokens per second of the whole model against context, one line per attention layer (log-log), from
+    a result of :func:`linattn_core.tools.bench.models.run` (or a stored one): ``what`` is
+    ``"training"`` or ``"generation"``. Softmax is drawn black and thick, the reference every crossover
+    is read against; the hover gives the batch and the quartiles of the step. The title names the device.
+    """
+    import plotly.graph_objects as go
+
+    from ..viz.style import PALETTE, finish, legend_below, log_axis
+
+    if what not in ("training", "generation"):
+        raise ValueError(f"what must be 'training' or 'generation', got {what!r}")
+    rows = [r for r in result[what] if not r["skipped"]]
+    kinds = list(dict.fromkeys(r["kind"] for r in rows))
+    fig = go.Figure()
+    others = [k for k in kinds if k != "softmax"]
+    for kind in ["softmax", *others] if "softmax" in kinds else others:
+        pts = sorted((r for r in rows if r["kind"] == kind), key=lambda r: r["context"])
+        i = others.index(kind) if kind != "softmax" else -1
+        line = (dict(color="#000000", width=3.5) if kind == "softmax"
+                else dict(color=PALETTE[i % len(PALETTE)], dash=_DASHES[(i // len(PALETTE)) % len(_DASHES)],
+                          width=1.8))
+        steps = [f"batch {r['batch']}, step {r['median_s'] * 1e3:.3g} ms ({r['q25_s'] * 1e3:.3g}-"
+                 f"{r['q75_s'] * 1e3:.3g})" for r in pts]
+        fig.add_scatter(x=[r["context"] for r in pts], y=[r["tokens_per_s"] for r in pts], name=kind,
+                        mode="lines+markers", line=line, customdata=steps,
+                        marker=dict(symbol=_SYMBOLS[(i + 1) % len(_SYMBOLS)], size=7),
+                        hovertemplate=(f"{kind}<br>context %{{x}}<br>%{{y:.4g}} tokens/s<br>%{{customdata}}"
+                                       "<extra></extra>"))
+    doing = "training (forward, backward, AdamW)" if what == "training" else "generation (one token a step)"
+    title = title or f"Whole model, {doing}: tokens/s against context, {result['device']}"
+    fig.update_xaxes(**log_axis(si=True), title="context (tokens, log scale)")
+    fig.update_yaxes(**log_axis(si=True), title="tokens per second (log scale)")
+    alt = (f"{title}. Log-log lines of tokens per second against context length for the layers "
+           f"{', '.join(kinds)}; softmax is the thick black line.")
+    return legend_below(finish(fig, title=title, alt=alt, height=480))
