@@ -53,6 +53,8 @@ def test_seed_curves_against_the_seconds_spent_training():
     runs["gla"][1]["curves"]["val_train_s"] = [0.0, 90.0, 180.0]
     mean = vt.seed_curves_figure(runs, tokens_per_step=1000, x="seconds").data[1]
     assert_close(np.array(mean.x), [0.0, 1.25, 2.5], dtype="float64")  # minutes, the seeds' mean clock
+    timed = vt.seed_curves_figure(runs, tokens_per_step=1000, x="seconds", step_s={"gla": 0.6}).data[1]
+    assert_close(np.array(timed.x), [0.0, 2.5, 5.0], dtype="float64")  # steps 0, 250, 500 at 0.6 s each
     with pytest.raises(ValueError, match="characters' or 'seconds'"):
         vt.seed_curves_figure(runs, tokens_per_step=1000, x="steps")
 

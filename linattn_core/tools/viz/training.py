@@ -77,11 +77,12 @@ def lr_sweep_figure(sweeps: Mapping[str, Mapping[str, Mapping]], chosen: Mapping
 
 def seed_curves_figure(runs: Mapping[str, Sequence[Mapping]], *, tokens_per_step: int,
                        baselines: Mapping[str, float] | None = None, x: str = "characters",
-                       title: str | None = None) -> go.Figure:
-    """Validation loss against the characters seen (``x="characters"``) or the seconds spent training
-    (``x="seconds"``, the mean of the seeds' clocks): each layer's mean over its seeds, and a band from
-    the lowest to the highest seed at every evaluation. ``runs``: ``{kind: [run of each seed]}``;
-    ``baselines``: ``{label: loss}`` drawn as dotted lines (the count n-grams, the unigram entropy)."""
+                       step_s: Mapping[str, float] | None = None, title: str | None = None) -> go.Figure:
+    """Validation loss against the characters seen (``x="characters"``) or the time spent training
+    (``x="seconds"``): each layer's mean over its seeds, and a band from the lowest to the highest seed
+    at every evaluation. The time is each evaluation's step times ``step_s[kind]`` (seconds per step,
+    measured apart, e.g. on a quiet machine), or without ``step_s`` the mean of the seeds' own clocks.
+    ``runs``: ``{kind: [run of each seed]}``; ``baselines``: ``{label: loss}`` drawn as dotted lines."""
     if x not in ("characters", "seconds"):
         raise ValueError(f"x must be 'characters' or 'seconds', got {x!r}")
     fig = go.Figure()
@@ -93,6 +94,8 @@ def seed_curves_figure(runs: Mapping[str, Sequence[Mapping]], *, tokens_per_step
         losses = np.array([r["curves"]["val_loss"] for r in seeds])  # (seeds, evaluations)
         if x == "characters":
             xs, unit = steps * tokens_per_step / 1e6, "M characters"
+        elif step_s is not None:
+            xs, unit = steps * step_s[kind] / 60, "min"
         else:
             xs, unit = np.array([r["curves"]["val_train_s"] for r in seeds]).mean(0) / 60, "min"
         fig.add_trace(go.Scatter(x=np.concatenate([xs, xs[::-1]]),
@@ -109,7 +112,7 @@ def seed_curves_figure(runs: Mapping[str, Sequence[Mapping]], *, tokens_per_step
         fig.add_hline(y=value, line_dash="dot", line_color="grey", annotation_text=label,
                       annotation_position="top right")
     fig.update_xaxes(title="characters seen (millions)" if x == "characters"
-                     else "time spent training, evaluations excluded (minutes, mean of the seeds)")
+                     else "time spent training, evaluations excluded (minutes)")
     fig.update_yaxes(title="validation loss (nats per character)")
     finish(fig, title=title, alt="Validation loss falling with training, one line per layer (the mean of its "
            "seeds) inside a band from its lowest to its highest seed; dotted lines mark count n-gram "
