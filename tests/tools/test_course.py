@@ -270,7 +270,7 @@ def test_exercise_table_matches_the_exercises():
 @pytest.mark.parametrize("chapter", course.QUIZ_CHAPTERS)
 def test_quiz_files_are_well_formed(chapter):
     questions = json.loads((course.QUIZZES / f"{chapter}.json").read_text(encoding="utf-8"))
-    assert 3 <= len(questions) <= 4  # "three or four" on the instructors page
+    assert 3 <= len(questions) <= 5
     for q in questions:
         assert q["type"] in ("multiple_choice", "many_choice", "numeric"), q
         assert q["question"].strip()
@@ -282,6 +282,14 @@ def test_quiz_files_are_well_formed(chapter):
             assert all(a.get("feedback") for a in q["answers"]), "every answer explains itself"
             if q["type"] == "multiple_choice":
                 assert len(correct) == 1, q
+
+
+def test_instructors_page_counts_the_questions_as_they_are():
+    counts = [len(course.load_quiz(c)) for c in course.QUIZ_CHAPTERS]
+    words = {3: "three", 4: "four", 5: "five"}
+    low, high = words[min(counts)], words[max(counts)]
+    said = f"{low} to {high}" if max(counts) - min(counts) > 1 else f"{low} or {high}"
+    assert f"has {said} conceptual questions per chapter" in _words(INSTRUCTORS)
 
 
 def test_quiz_html_is_self_contained():
