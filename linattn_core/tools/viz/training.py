@@ -52,7 +52,7 @@ def lr_sweep_figure(sweeps: Mapping[str, Mapping[str, Mapping]], chosen: Mapping
                     title: str | None = None) -> go.Figure:
     """Final ``key`` against the learning rate, one line per layer, the chosen rate ringed.
 
-    ``sweeps``: ``{kind: {rate as written: run}}`` (:func:`linattn_core.lm.stored.sweep`);
+    ``sweeps``: ``{kind: {rate as written: run}}`` (:func:`linattn_core.lm.stored.epoch_sweep`);
     ``chosen``: ``{kind: rate as written}``.
     """
     fig = go.Figure()
