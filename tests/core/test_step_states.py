@@ -322,3 +322,33 @@ def test_states_refuse_bad_options():
             cls(D, D_V, batch_shape=(0,))
         with pytest.raises(ValueError, match="d_v must be a positive integer"):
             cls(D, 0)
+
+
+def _counted(monkeypatch, calls):
+    """Count the calls of each rule's one step function (looked up in its module at every call)."""
+    import linattn_core.decay
+    import linattn_core.delta
+    import linattn_core.streaming
+
+    for module, name in ((linattn_core.streaming, "linear_step"), (linattn_core.decay, "decayed_step"),
+                         (linattn_core.delta, "delta_step")):
+        real = getattr(module, name)
+
+        def wrapped(*args, _real=real, _name=name):
+            calls.append(_name)
+            return _real(*args)
+
+        monkeypatch.setattr(module, name, wrapped)
+
+
+def test_each_rule_is_written_once_the_form_and_the_state_step_with_it(monkeypatch):
+    calls = []
+    _counted(monkeypatch, calls)
+    rng = np.random.default_rng(0)
+    q, k, v = rng.standard_normal((3, 7, D))
+    decayed_linear_attention(q, k, v, decay=0.9, method="recurrent")
+    DecayedState(D, D).step(q[0], k[0], v[0], 0.9)
+    delta_rule_attention(q, k, v, 0.5, method="recurrent")
+    DeltaRuleState(D, D).step(q[0], k[0], v[0], 0.5)
+    LinearAttentionState(D, D).step(q[0], k[0], v[0])
+    assert calls == ["decayed_step"] * 8 + ["delta_step"] * 8 + ["linear_step"]

@@ -290,3 +290,25 @@ def test_short_conv_starts_as_fla_starts_it():
     model = LanguageModel(ModelConfig(vocab_size=11, attention="deltanet", n_head=4, n_embd=64))
     w = model.blocks[0].attn.conv.weight
     assert 0.015 < float(w.std()) < 0.025  # 768 draws: torch's default would give about 0.29
+
+
+@pytest.mark.parametrize(("kind", "rule"), [("elu+1", "linear_step"), ("retnet", "decayed_step"),
+                                            ("gla", "decayed_step"), ("deltanet", "delta_step"),
+                                            ("deltanet_additive", "decayed_step")])
+def test_a_layers_step_is_its_rules_one_step_function(monkeypatch, kind, rule):
+    # the layer steps through the library's state, whose update is the rule's one step function
+    import linattn_core.decay
+    import linattn_core.delta
+    import linattn_core.streaming
+
+    module = {"linear_step": linattn_core.streaming, "decayed_step": linattn_core.decay,
+              "delta_step": linattn_core.delta}[rule]
+    calls = []
+    real = getattr(module, rule)
+    monkeypatch.setattr(module, rule, lambda *args: calls.append(rule) or real(*args))
+    layer, x = _layer(kind), _x()
+    state = layer.new_state(B, x)
+    with torch.no_grad():
+        for t in range(3):
+            layer.step(x[:, t : t + 1], state)
+    assert calls == [rule] * 3
