@@ -46,7 +46,7 @@ mechanics; the rubric grades the reading.
 """
 
 LAB = OpenExercise(
-    label="ex-training-capstone", chapter="training",
+    label="ex-training-capstone", chapter="training_compare",
     title="Capstone: a trained comparison that earns its verdict",
     difficulty=3, minutes=120,
     rubric=(
