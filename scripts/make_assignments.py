@@ -6,6 +6,9 @@ between nbgrader's ``### BEGIN SOLUTION`` / ``### END SOLUTION`` markers (the re
 gets ``raise NotImplementedError()`` there instead). Each auto-checked exercise is graded in one
 cell per group of its inputs (plain values, batch dimensions, edge cases, memory), each worth its
 points (``Exercise.points()``: four per star in all), so a partly right answer gets part of them.
+The capstone lab of the training chapter (``exercises.capstone``) is an assignment of its own,
+``capstone``: its brief, the runs (kept in ``capstone_runs.json``, handed in with the notebook, so
+that grading does not train again), the report, ``check_report`` and an answer graded by hand.
 Each open exercise (``exercises.OPEN``) comes with its statement, read from the chapter, its rubric
 and an answer cell graded by hand for the rubric's points; the model answer in the instructor's copy
 comes from the teacher's file (``teacher/model_answers.json``), never from the package. Beside each
@@ -234,6 +237,71 @@ def notebook(chapter: str, items: list[exercises.Exercise],
     return nb
 
 
+CAPSTONE = "capstone"  # the assignment of the training chapter's lab (exercises.capstone)
+
+CAPSTONE_RUNS = """\
+import json
+from pathlib import Path
+
+from linattn_core.lm.data import load_corpus
+from linattn_core.lm.train import train
+
+corpus = load_corpus()
+pair = ("gla", "simple_gla")  # YOUR PAIR: two layers of linattn_core.lm.model.KINDS
+seeds = (0, 1, 2)             # at least three, the same for both layers
+saved = Path("capstone_runs.json")  # hand it in with this notebook: grading reuses your runs
+if saved.exists():
+    runs = json.loads(saved.read_text())
+else:
+    runs = {kind: [] for kind in pair}
+    for kind in pair:
+        for seed in seeds:
+            run = train(exercises.capstone.config(kind, seed), corpus, progress=False)
+            run.pop("model")
+            runs[kind].append(run)
+    saved.write_text(json.dumps(runs))
+"""
+
+CAPSTONE_REPORT = """\
+from linattn_core.lm import compare
+
+# YOUR ANALYSIS: the paired difference of the final validation losses, its interval and its verdict
+gap, interval, verdict = None, None, None
+report = {"pair": pair, "runs": runs, "gap": gap, "interval": interval, "verdict": verdict,
+          "cannot_show": "YOUR WORDS: what these runs cannot show"}
+"""
+
+
+def capstone_notebook(*, summative: bool = False, max_hints: int = 0) -> nbformat.NotebookNode:
+    """The capstone lab as an assignment: the brief and rubric, the runs (kept in
+    ``capstone_runs.json``, so that grading does not train again), the report, check_report, and an
+    answer cell graded by hand for the rubric's points."""
+    lab = exercises.capstone.LAB
+    nb = nbformat.v4.new_notebook()
+    nb.metadata.update({"kernelspec": {"name": "python3", "display_name": "Python 3",
+                                       "language": "python"}})
+    intro = (f"# {lab.title} ({_points(lab.points)}, graded by hand)\n\n{exercises.capstone.BRIEF}\n"
+             f"Hand in this notebook with `capstone_runs.json`, which the first cell below writes.\n\n"
+             f"**Rubric** ({_points(lab.points)}):\n\n{lab.rubric_markdown()}")
+    if summative:
+        intro += "\n\n**This is graded work.**"
+    model = course.model_answer(lab.label) or "(see teacher/model_answers.json)"
+    nb.cells = [
+        nbformat.v4.new_markdown_cell(intro, metadata=_meta("read", "capstone_intro")),
+        nbformat.v4.new_code_cell(_setup(summative, max_hints), metadata=_meta("read", "capstone_setup")),
+        # the learner's own cells: no nbgrader metadata, so the release keeps the template as it is
+        nbformat.v4.new_code_cell(CAPSTONE_RUNS.rstrip()),
+        nbformat.v4.new_code_cell(CAPSTONE_REPORT.rstrip()),
+        nbformat.v4.new_code_cell("exercises.capstone.check_report(report)  # the mechanics; the rubric "
+                                  "grades the reading", metadata=_meta("read", "capstone_check")),
+        nbformat.v4.new_markdown_cell("## Your verdict, its numbers, and what the runs cannot show",
+                                      metadata=_meta("read", "capstone_answer_head")),
+        nbformat.v4.new_markdown_cell(f"### BEGIN SOLUTION\nA full answer: {model}\n### END SOLUTION",
+                                      metadata=_meta("manual", f"answer_{lab.label}", points=lab.points)),
+    ]
+    return nb
+
+
 def write_course(out: Path, only: list[str] | None = None, *, summative: bool = False,
                  max_hints: int = 0) -> list[Path]:
     """Write ``out/nbgrader_config.py`` and ``out/source/<chapter>/<chapter>.ipynb``; return them.
@@ -246,7 +314,7 @@ def write_course(out: Path, only: list[str] | None = None, *, summative: bool = 
         raise ValueError("max_hints limits the hints of summative assignments only: add "
                          "summative=True (--summative), or leave max_hints at 0")
     groups, open_groups, names = chapters(), open_chapters(), all_chapters()
-    unknown = sorted(set(only or ()) - set(names))
+    unknown = sorted(set(only or ()) - set(names) - {CAPSTONE})
     if unknown:
         raise ValueError(f"no exercises in chapter(s) {', '.join(unknown)}; "
                          f"the chapters are: {', '.join(names)}")
@@ -267,6 +335,11 @@ def write_course(out: Path, only: list[str] | None = None, *, summative: bool = 
         chapter_nb = path.parent / "chapter" / f"{chapter}.ipynb"  # supplementary: no nbgrader cells
         chapter_nb.parent.mkdir(exist_ok=True)
         nbformat.write(build_notebook(BOOK / f"{chapter}.md", solutions=False), chapter_nb)
+    if not only or CAPSTONE in only:
+        path = out / "source" / CAPSTONE / f"{CAPSTONE}.ipynb"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        nbformat.write(capstone_notebook(summative=summative, max_hints=max_hints), path)
+        written.append(path)
     return written
 
 

@@ -62,7 +62,8 @@ def _run_cells(nb: nbformat.NotebookNode, answers: dict[str, str] | None = None)
 
 
 def _cells(path: Path) -> list:
-    return nbformat.read(path, as_version=4).cells
+    """The nbgrader cells of a notebook (the capstone's template cells, the learner's own, have none)."""
+    return [c for c in nbformat.read(path, as_version=4).cells if "nbgrader" in c.metadata]
 
 
 def test_every_exercise_is_in_one_assignment(tmp_path):
@@ -73,7 +74,8 @@ def test_every_exercise_is_in_one_assignment(tmp_path):
                    if c.metadata["nbgrader"]["grade"]]
     assert sorted(graded) == sorted([f"check_{name}_{part}" for name, ex in exercises.EXERCISES.items()
                                      for part in ex.points()]
-                                    + [f"answer_{label}" for label in exercises.OPEN])
+                                    + [f"answer_{label}" for label in exercises.OPEN]
+                                    + [f"answer_{exercises.capstone.LAB.label}"])
 
 
 @pytest.mark.parametrize("chapter", make_assignments.all_chapters())
@@ -97,7 +99,8 @@ def test_points_are_per_group_by_the_stars_and_the_rubrics(tmp_path):
                 assert f"part={part!r}" in cell.source
                 earned[name] = earned.get(name, 0) + meta["points"]
             elif meta["grade_id"].startswith("answer_"):
-                ex = exercises.OPEN[meta["grade_id"].removeprefix("answer_")]
+                label = meta["grade_id"].removeprefix("answer_")
+                ex = exercises.OPEN.get(label, exercises.capstone.LAB)
                 assert cell.cell_type == "markdown" and meta["solution"] and meta["grade"]
                 assert meta["points"] == ex.points == sum(p for p, _ in ex.rubric) >= 2
             else:
@@ -138,6 +141,29 @@ def test_every_open_exercise_of_the_book_has_a_rubric():
             if ".check(" not in after:
                 found.add(m.group(1))
     assert found == set(exercises.OPEN)
+
+
+def test_the_capstone_is_an_assignment_of_its_own(tmp_path):
+    import ast
+
+    lab = exercises.capstone.LAB
+    (path,) = make_assignments.write_course(tmp_path, ["capstone"], summative=True)[1:]
+    assert path.parent.name == "capstone"
+    cells = nbformat.read(path, as_version=4).cells
+    intro = " ".join(cells[0].source.split())
+    assert " ".join(exercises.capstone.BRIEF.split()) in intro and "capstone_runs.json" in intro
+    for _, criterion in lab.rubric:
+        assert " ".join(criterion.split()) in intro
+    assert "exercises.summative(max_hints=0)" in cells[1].source
+    code = [c.source for c in cells if c.cell_type == "code"]
+    for source in code:
+        ast.parse(source)
+    assert any("exercises.capstone.config(kind, seed)" in c for c in code)
+    assert any("exercises.capstone.check_report(report)" in c for c in code)
+    (answer,) = [c for c in cells if c.metadata.get("nbgrader", {}).get("grade")]
+    assert answer.cell_type == "markdown" and answer.metadata["nbgrader"]["points"] == lab.points == 10
+    assert course.model_answer(lab.label)[:40] in answer.source  # the instructor's copy only
+    assert course.model_answer(lab.label)[:40] not in intro
 
 
 def test_summative_notebooks_switch_solutions_off_and_limit_hints(tmp_path, capsys):
@@ -311,6 +337,21 @@ def test_a_learner_in_a_graded_release(tmp_path):
         assert "exercises' own solutions" in " ".join(outputs(learner).split()), learner
     assert "calls the library's own" in " ".join(outputs("library").split())
     assert "grows like N^2" in " ".join(outputs("partial").split())
+
+
+@pytest.mark.slow
+def test_the_capstone_release_keeps_its_template(tmp_path):
+    pytest.importorskip("nbgrader")
+    if shutil.which("alembic", path=str(Path(sys.executable).parent)) is None:
+        pytest.skip("nbgrader's alembic command is not installed beside this Python")
+    make_assignments.write_course(tmp_path, ["capstone"])
+    make_assignments.release(tmp_path, "capstone")
+    cells = nbformat.read(tmp_path / "release" / "capstone" / "capstone.ipynb", as_version=4).cells
+    code = " ".join(c.source for c in cells if c.cell_type == "code")
+    assert "exercises.capstone.config(kind, seed)" in code and "check_report(report)" in code
+    answer = next(c for c in cells if c.metadata.get("nbgrader", {}).get("grade"))
+    assert "YOUR ANSWER HERE" in answer.source
+    assert course.model_answer(exercises.capstone.LAB.label)[:40] not in " ".join(c.source for c in cells)
 
 
 @pytest.mark.slow
