@@ -99,7 +99,8 @@ def open_chapters() -> dict[str, list[exercises.OpenExercise]]:
     """The open exercises (graded by hand) grouped by chapter, in the book's order."""
     out: dict[str, list[exercises.OpenExercise]] = {}
     for ex in exercises.OPEN.values():
-        out.setdefault(ex.chapter, []).append(ex)
+        if ex is not exercises.capstone.LAB:  # the capstone lab is an assignment of its own
+            out.setdefault(ex.chapter, []).append(ex)
     return _ordered(out)
 
 
@@ -280,7 +281,11 @@ def capstone_notebook(*, summative: bool = False, max_hints: int = 0) -> nbforma
     nb = nbformat.v4.new_notebook()
     nb.metadata.update({"kernelspec": {"name": "python3", "display_name": "Python 3",
                                        "language": "python"}})
-    intro = (f"# {lab.title} ({_points(lab.points)}, graded by hand)\n\n{exercises.capstone.BRIEF}\n"
+    try:  # the statement as its chapter states it, where the chapter has it; else the kit's brief
+        brief = statement(lab) + "\n"
+    except ValueError:
+        brief = exercises.capstone.BRIEF
+    intro = (f"# {lab.title} ({_points(lab.points)}, graded by hand)\n\n{brief}\n"
              f"Hand in this notebook with `capstone_runs.json`, which the first cell below writes.\n\n"
              f"**Rubric** ({_points(lab.points)}):\n\n{lab.rubric_markdown()}")
     if summative:

@@ -74,8 +74,7 @@ def test_every_exercise_is_in_one_assignment(tmp_path):
                    if c.metadata["nbgrader"]["grade"]]
     assert sorted(graded) == sorted([f"check_{name}_{part}" for name, ex in exercises.EXERCISES.items()
                                      for part in ex.points()]
-                                    + [f"answer_{label}" for label in exercises.OPEN]
-                                    + [f"answer_{exercises.capstone.LAB.label}"])
+                                    + [f"answer_{label}" for label in exercises.OPEN])  # capstone: its own
 
 
 @pytest.mark.parametrize("chapter", make_assignments.all_chapters())
@@ -118,14 +117,18 @@ def test_open_exercise_carries_its_statement_and_rubric(tmp_path, label):
     after = chapter_text.split(f":label: {label}\n", 1)[1].split("```{exercise}", 1)[0]
     assert ".check(" not in after, f"{label} is auto-checked: it needs no rubric"
     assert f"```{{exercise}} {ex.title}\n:label: {label}" in chapter_text
-    (path,) = make_assignments.write_course(tmp_path, [ex.chapter])[1:]
-    task = next(c.source for c in _cells(path) if c.metadata["nbgrader"]["grade_id"] == f"{label}_task")
+    capstone = ex is exercises.capstone.LAB  # an assignment of its own: its statement opens it
+    (path,) = make_assignments.write_course(tmp_path, ["capstone" if capstone else ex.chapter])[1:]
+    task_id = "capstone_intro" if capstone else f"{label}_task"
+    task = next(c.source for c in _cells(path) if c.metadata["nbgrader"]["grade_id"] == task_id)
     first_words = " ".join(block.split()[:3])
     assert first_words in " ".join(task.split()), (first_words, task)
     assert "{eq}" not in task and "{ref}" not in task and "{doc}" not in task
     for _, criterion in ex.rubric:
         assert criterion in task
     assert course.model_answer(label)[:40] not in task  # the model answer is for the grader only
+    if capstone:  # the learner works in the capstone notebook itself
+        return
     assert f"chapter/{ex.chapter}.ipynb" in task  # work in the chapter without its solutions
     chapter_nb = nbformat.read(path.parent / "chapter" / f"{ex.chapter}.ipynb", as_version=4)
     assert chapter_nb.cells and not any(c.metadata.get("solution") for c in chapter_nb.cells)
@@ -151,7 +154,8 @@ def test_the_capstone_is_an_assignment_of_its_own(tmp_path):
     assert path.parent.name == "capstone"
     cells = nbformat.read(path, as_version=4).cells
     intro = " ".join(cells[0].source.split())
-    assert " ".join(exercises.capstone.BRIEF.split()) in intro and "capstone_runs.json" in intro
+    brief = " ".join(make_assignments.statement(lab).split()[:20])  # the chapter's statement
+    assert brief in intro and "capstone_runs.json" in intro
     for _, criterion in lab.rubric:
         assert " ".join(criterion.split()) in intro
     assert "exercises.summative(max_hints=0)" in cells[1].source

@@ -8,7 +8,7 @@ library calls, graded mode) is in test_exercises.py.
 from __future__ import annotations
 
 import numpy as np
-from _exercises import SOL, run_check
+from _exercises import ROOT, SOL, run_check
 from _tolerances import assert_close
 
 from linattn_core import get_feature_map
@@ -36,9 +36,9 @@ def ds_eps_added(S, z, q_t, k_t, v_t, g, phi):
     return S_new, z_new, fq @ S_new / (fq @ z_new + 1e-6)
 
 def test_decay_step_without_a_clamp_fails(capsys):
-    ok, out = run_check(exercises.training.decay_step, ds_no_clamp, capsys)
+    ok, out = run_check(exercises.beyond.decay_step, ds_no_clamp, capsys)
     assert not ok and "did not clamp the denominator" in out, out
-    ok, out = run_check(exercises.training.decay_step, ds_eps_added, capsys)
+    ok, out = run_check(exercises.beyond.decay_step, ds_eps_added, capsys)
     assert not ok and "Not yet" in out, out
 
 
@@ -59,8 +59,9 @@ def test_decay_step_reference_is_the_librarys_recurrence():
     assert_close(np.stack(ys), expected)
 
 
-def test_decay_step_is_asked_in_beyond_decay_and_keeps_its_old_name_for_training():
+def test_decay_step_is_asked_in_beyond_decay_only():
     ex = exercises.beyond.decay_step
     assert ex.chapter == "beyond_decay" and ex.path == "exercises.beyond.decay_step"
-    assert exercises.training.decay_step is ex  # until the training chapter stops asking it there
-    assert "decay_step" not in exercises.training.__all__
+    assert not hasattr(exercises.training, "decay_step")
+    for page in ("training", "training_compare", "training_recall"):
+        assert "decay_step" not in (ROOT / "book" / f"{page}.md").read_text(encoding="utf-8"), page

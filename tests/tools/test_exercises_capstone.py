@@ -114,14 +114,15 @@ def test_the_preset_fits_the_budget_and_the_brief_says_so():
     cfg = capstone.config("gla", 2)
     book = PRESETS["book"]
     assert (cfg.attention, cfg.seed, cfg.max_steps) == ("gla", 2, capstone.STEPS)
-    assert replace(cfg, attention=book.attention, seed=book.seed, max_steps=book.max_steps,
-                   eval_interval=book.eval_interval) == book  # the book's model, only longer
-    # the book trains every layer at its preset inside the build ("a few seconds each on a 2-core CPU");
-    # the capstone runs 2 x 3 of them at twice the steps within the budget with room for slow layers
-    assert capstone.STEPS <= 2 * book.max_steps and capstone.BUDGET_S == 600
+    assert replace(cfg, attention=book.attention, seed=book.seed) == book  # the book's model and preset
+    # measured on one core of a 2-core CPU under load (two trainings beside it): 0.36 s a step
+    # (softmax) to 0.95 s (simple_gla), so a run is 2 to 5 minutes there and six runs, two at a time,
+    # fit the budget on a machine that runs nothing else (half those times or less)
+    worst_s_per_step = 0.95
+    assert 3 * capstone.STEPS * worst_s_per_step / 2 <= capstone.BUDGET_S == 600
     brief = " ".join(capstone.BRIEF.split())
     for words in ("at least three", "ten minutes on a 2-core CPU", "linattn_core.lm.compare", "interval",
-                  "verdict", "cannot show", "check_report"):
+                  "verdict", "cannot show", "check_report", "300 steps"):
         assert words in brief, words
     with pytest.raises(ValueError, match="kind"):
         capstone.config("nope")
@@ -132,4 +133,4 @@ def test_the_lab_is_rubric_graded_with_a_model_answer_for_the_teacher_only():
     assert lab.points == sum(p for p, _ in lab.rubric) == 10 and lab.difficulty == 3
     assert "tie" in course.model_answer(lab.label)  # from the teacher's file
     assert not hasattr(lab, "model_answer")
-    assert lab.label not in exercises.OPEN  # placed in the training chapter's rewrite, then added
+    assert exercises.OPEN[lab.label] is lab and lab.chapter == "training_compare"  # placed there

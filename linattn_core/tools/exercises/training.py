@@ -2,8 +2,7 @@
 
 ``model_state_bytes`` is the memory a whole model's states take per sequence, against which the KV
 cache grows. (``decay_step``, one generation step of a decaying head, is an exercise of
-beyond_decay.md now: ``exercises.beyond.decay_step``; the name ``exercises.training.decay_step`` stays
-until the training chapter stops asking it.)
+beyond_decay.md: ``exercises.beyond.decay_step``.)
 """
 
 from __future__ import annotations
@@ -11,7 +10,6 @@ from __future__ import annotations
 import numpy as np
 
 from ._numpy import FLOAT_COUNT, float32_count, float64_count
-from .beyond import decay_step  # noqa: F401 - the old name, for the training chapter's rewrite
 from .checker import Exercise, Mistake
 from .inputs import Case
 
