@@ -365,7 +365,8 @@ class SimpleGLA(_Decayed):
     """A decay per head and token computed from the data: fla's ``SimpleGatedLinearAttention``.
 
     ``log g_t = logsigmoid(W_gk x_t + b) / 16`` (``W_gk: C -> H``, with bias: one scalar gate per head
-    and token, the shape of Mamba-2's decay), ``S_t = g_t S_{t-1} + k_t v_t^T``; everything else as
+    and token; GLA's gate, a sigmoid with a temperature, not Mamba-2's ``exp(-softplus(.) A)``, which
+    shares only its shape), ``S_t = g_t S_{t-1} + k_t v_t^T``; everything else as
     :class:`RetNet`. The bias starts at :func:`retnet_gate_bias` (fla starts it at 0: every head at
     ``g = 0.958``), so that at initialisation, where ``W_gk x`` is small, each head decays as RetNet's
     does: this layer, :class:`SimpleGLAConst` and :class:`RetNet` then differ by one thing each. For
