@@ -231,9 +231,13 @@ def test_notebook_runs_where_readers_run_it(notebook, executed, readers):
     for cell in cells:
         errors = [o for o in cell.get("outputs", []) if o.get("output_type") == "error"]
         assert not errors, f"{cell.id}: {errors[0].get('ename')}: {errors[0].get('evalue')}"
-    # every value the prose names as printed is printed, by a cell above (or below, where it says so)
+    # "Run all" runs no solution: they are collapsed text, so no check() says "Correct!"
+    printed = [_printed(c) for c in cells if c.cell_type == "code"]
+    assert not any("Correct!" in text for text in printed), f"{notebook}: a solution ran"
+    # every value the prose names as printed is printed, by a cell above (or below, where it says so);
+    # a solution's own prose names what its code prints when the reader runs it, which Run all does not
     for i, cell in enumerate(cells):
-        if cell.cell_type != "markdown":
+        if cell.cell_type != "markdown" or cell.metadata.get("solution"):
             continue
         for name, where in PLACEHOLDER.findall(cell.source):
             others = cells[:i] if where == "above" else cells[i + 1:]
