@@ -169,6 +169,8 @@ def _points(n: int) -> str:
 def _intro(chapter: str, items: list, open_items: list, summative: bool, max_hints: int) -> str:
     total = sum(total_points(ex) for ex in items) + sum(ex.points for ex in open_items)
     text = f"# Exercises of the chapter `{chapter}` ({_points(total)})\n\n"
+    text += (f"The chapter itself, without its solutions, is `chapter/{chapter}.ipynb` beside this "
+             "notebook: read and run it there.\n\n")
     if items:
         text += ("Write each function where it says `# YOUR CODE HERE`, then run the cell below it: "
                  "it prints the same feedback as the book's `check()`, one cell per group of "

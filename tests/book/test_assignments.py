@@ -174,6 +174,7 @@ def test_summative_notebooks_switch_solutions_off_and_limit_hints(tmp_path, caps
     (path,) = make_assignments.write_course(tmp_path, ["causal"], summative=True, max_hints=1)[1:]
     cells = _cells(path)
     assert "This is graded work" in cells[0].source and "hint 1 of each exercise only" in cells[0].source
+    assert "`chapter/causal.ipynb` beside this notebook" in cells[0].source  # the chapter, no solutions
     assert "solution()` work here" not in cells[0].source
     setup = cells[1].source
     assert "exercises.summative(max_hints=1)" in setup
