@@ -174,7 +174,7 @@ def test_the_conv_starts_as_asked():
                                          conv_init=init))
 
     normal, uniform = model("normal"), model("uniform")
-    w_n, w_u = normal.blocks[0].attn.conv.weight, uniform.blocks[0].attn.conv.weight
+    w_n, w_u = normal.blocks[0].attn.conv.weight.detach(), uniform.blocks[0].attn.conv.weight.detach()
     assert float(w_n.std()) < 0.03 < 0.2 < float(w_u.std())
     assert float(w_u.abs().max()) <= 0.5  # kaiming-uniform bound for 4 taps: 1 / sqrt(4)
     with pytest.raises(ValueError, match="conv_init must be one of"):

@@ -120,8 +120,13 @@ def test_more_seeds_ran_at_a_rate_a_sweep_chose(name):
     """A seed past 0 runs at its layer's chosen rate, or at the rate the other side of one of its
     contrasts chose (the contrast read at one shared rate)."""
     layer, lr, _ = EPOCH_NAME.fullmatch(name).groups()
-    partners = {a for _, a, b in stored.EPOCH_CONTRASTS if b == layer}
-    assert lr in {stored.epoch_chosen_lr(layer)} | {stored.epoch_chosen_lr(a) for a in partners}
+    rates = {stored.epoch_chosen_lr(layer)}
+    for a in {a for _, a, b in stored.EPOCH_CONTRASTS if b == layer}:
+        try:
+            rates.add(stored.epoch_chosen_lr(a))
+        except stored.SweepIncomplete:  # a partner whose sweep is not stored has asked for nothing yet
+            pass
+    assert lr in rates
 
 
 @pytest.fixture(scope="module")
