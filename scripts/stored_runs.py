@@ -51,9 +51,10 @@ def _epoch_job(name: str, lr: str, seed: int) -> tuple[list[str], Path]:
 
 
 def _epoch_stage(names: tuple[str, ...]) -> list[tuple[list[str], Path]]:
-    """The one-epoch jobs of ``names`` that can be listed now: layer by layer its sweep or its seeds at the
-    chosen rate, then what their contrasts need (the second side at the first's rate, seeds 1 and 2 (seed 0
-    is in the sweep), and two more seeds of both sides of a close contrast)."""
+    """The one-epoch jobs of ``names`` that can be listed now: first what the contrasts whose two sides
+    are stored need (the second side at the first's rate, seeds 1 and 2, seed 0 being in the sweep; two
+    more seeds of both sides of a close contrast), then layer by layer its sweep or its seeds at the
+    chosen rate."""
     layers, extra, chosen = [], [], {}
     for name in names:  # a layer's sweep, then its seeds, so that whole layers land first
         try:
@@ -73,7 +74,7 @@ def _epoch_stage(names: tuple[str, ...]) -> list[tuple[list[str], Path]]:
                            for s in stored.EPOCH_SEEDS])
             if abs(gap) < stored.EPOCH_CLOSE:
                 extra += [_epoch_job(n, chosen[n], s) for s in stored.EPOCH_MORE_SEEDS for n in (a, b)]
-    return layers + extra
+    return extra + layers  # a contrast whose sides are stored is finished before more layers start
 
 
 def lm_epoch() -> list[tuple[list[str], Path]]:
