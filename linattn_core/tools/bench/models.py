@@ -86,8 +86,8 @@ SIZES: dict[str, Callable[[], ModelSweepConfig]] = {
     "quick": lambda: ModelSweepConfig(n_layer=1, n_head=2, n_embd=16, chunk_size=8, vocab_size=11,
                                       contexts=(16, 32), tokens_per_step=64, gen_steps=3, repeats=3,
                                       min_run_time=0.005, max_run_time=0.02, threads=1),
-    "book": lambda: replace(_full(), contexts=(128, 512), tokens_per_step=1024, gen_steps=4, repeats=3,
-                            min_run_time=0.05, max_run_time=0.2, kinds=("softmax", "elu+1"), threads=1),
+    "book": lambda: replace(_full(), contexts=(128, 512), tokens_per_step=512, gen_steps=4, repeats=3,
+                            min_run_time=0.02, max_run_time=0.1, kinds=("softmax", "elu+1"), threads=1),
 }
 
 
