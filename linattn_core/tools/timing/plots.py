@@ -143,10 +143,11 @@ def throughput_figure(result: dict, what: str = "training", *, title: str | None
                         marker=dict(symbol=_SYMBOLS[(i + 1) % len(_SYMBOLS)], size=7),
                         hovertemplate=(f"{kind}<br>context %{{x}}<br>%{{y:.4g}} tokens/s<br>%{{customdata}}"
                                        "<extra></extra>"))
-    doing = "training (forward, backward, AdamW)" if what == "training" else "generation (one token a step)"
-    title = title or f"Whole model, {doing}: tokens/s against context, {result['device']}"
+    doing = "training (forward, backward, AdamW)" if what == "training" else "generation (a token a step)"
+    # two lines: the device names a CPU at length, and one line would run out of a narrow figure
+    title = title or f"Whole model, {doing}<br>{result['device']}"
     fig.update_xaxes(**log_axis(si=True), title="context (tokens, log scale)")
     fig.update_yaxes(**log_axis(si=True), title="tokens per second (log scale)")
-    alt = (f"{title}. Log-log lines of tokens per second against context length for the layers "
+    alt = (f"{title.replace('<br>', ': ')}. Log-log lines of tokens per second against context length for the layers "
            f"{', '.join(kinds)}; softmax is the thick black line.")
     return legend_below(finish(fig, title=title, alt=alt, height=480))
