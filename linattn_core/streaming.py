@@ -31,19 +31,6 @@ from .feature_maps import as_feature_map
 __all__ = ["KVCache", "LinearAttentionState", "StepState", "linear_step", "read"]
 
 
-def __getattr__(name: str) -> Any:
-    # The decayed and delta-rule states live beside their rules (decay.py, delta.py) and are imported
-    # from there, or from the package; this keeps ``from linattn_core.streaming import DecayedState``
-    # working for code written before they moved, without importing those modules here at load time.
-    if name == "DecayedState":
-        from .decay import DecayedState
-
-        return DecayedState
-    if name == "DeltaRuleState":
-        from .delta import DeltaRuleState
-
-        return DeltaRuleState
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 # --- the rule, one token at a time ------------------------------------------------------------------
