@@ -148,6 +148,6 @@ def throughput_figure(result: dict, what: str = "training", *, title: str | None
     title = title or f"Whole model, {doing}<br>{result['device']}"
     fig.update_xaxes(**log_axis(si=True), title="context (tokens, log scale)")
     fig.update_yaxes(**log_axis(si=True), title="tokens per second (log scale)")
-    alt = (f"{title.replace('<br>', ': ')}. Log-log lines of tokens per second against context length for the layers "
-           f"{', '.join(kinds)}; softmax is the thick black line.")
+    alt = (f"{title.replace('<br>', ': ')}. Log-log lines of tokens per second against context length for"
+           f" the layers {', '.join(kinds)}; softmax is the thick black line.")
     return legend_below(finish(fig, title=title, alt=alt, height=480))
