@@ -230,11 +230,11 @@ class Exercise(Feedback, Running):
 
     def groups(self) -> list[str]:
         """The groups of this exercise's inputs (``check(fn, part=...)``), in grading order."""
-        return grading.groups(self)
+        return grading.groups(self.cases(), self._memory_case is not None)
 
     def points(self) -> dict[str, int]:
         """The points of each group of inputs; they add up to ``POINTS_PER_STAR`` per star."""
-        return grading.points(self)
+        return grading.points(self.groups(), self.difficulty)
 
     def _check(self, fn: Callable, part: str | None = None) -> tuple[bool, str]:
         if not callable(fn):

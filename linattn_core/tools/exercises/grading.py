@@ -22,14 +22,13 @@ runs one group; the graded cells of an assignment are one per group.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .checker import Exercise
     from .inputs import Case
 
 __all__ = ["GROUPS", "GROUP_TITLES", "POINTS_PER_STAR", "formative", "group_of", "groups",
@@ -146,17 +145,18 @@ def group_of(case: Case, index: int = 1) -> str:
     return "values"
 
 
-def groups(ex: Exercise) -> list[str]:
-    """The groups an exercise's inputs fall in, in the order of :data:`GROUPS`."""
-    found = {group_of(case, i) for i, case in enumerate(ex.cases())}
-    if ex._memory_case is not None:
+def groups(cases: Iterable[Case], memory: bool) -> list[str]:
+    """The groups a set of inputs falls in (``memory``: the exercise also checks memory), in the order
+    of :data:`GROUPS`."""
+    found = {group_of(case, i) for i, case in enumerate(cases)}
+    if memory:
         found.add("memory")
     return [g for g in GROUPS if g in found]
 
 
-def points(ex: Exercise) -> dict[str, int]:
-    """The points of each group: one per star for each group but the plain values, which get the rest."""
-    present = groups(ex)
-    out = {g: ex.difficulty for g in present}
-    out["values"] = POINTS_PER_STAR * ex.difficulty - (len(present) - 1) * ex.difficulty
+def points(present: list[str], difficulty: int) -> dict[str, int]:
+    """The points of each group present: one per star for each group but the plain values, which get
+    the rest."""
+    out = {g: difficulty for g in present}
+    out["values"] = POINTS_PER_STAR * difficulty - (len(present) - 1) * difficulty
     return out
