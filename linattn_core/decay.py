@@ -237,14 +237,16 @@ def decayed_linear_attention(
     eps, normalize = ops.check_eps(eps), ops.check_flag(normalize, "normalize")
     where = "decayed_linear_attention"
     be, phi, phi_q, phi_k, v, log_g = _prepare(q, k, v, feature_map, decay, log_decay, normalize, where)
-    scalar_gates = int(log_g.shape[-1]) == 1
-    if scalar_gates and not return_state and linear_grad.needs_grad(phi_q, phi_k, v, log_g):
+    if int(log_g.shape[-1]) == 1 and not return_state:  # one gate per token: the autograd Function can train
         # gates of exactly 1 that are not learned are no decay: the plain form, whose backward is compiled
-        log_g = None if _never_decays(log_g) else log_g[..., 0]
-        out = linear_grad.causal_linear_attention(phi_q, phi_k, v, phi, log_g=log_g,
-                                                  normalize=normalize, eps=eps, chunk_size=chunk_size,
-                                                  features=True)
-        return be.to_output(out)  # training: O(N) memory
+        gates = None if _never_decays(log_g) else log_g[..., 0]  # (..., N)
+        plan = fast.which(phi_q, phi_k, v, phi, causal=True, method="chunked", log_g=gates,
+                          normalize=normalize, features=True)
+        if plan.backward is not None:  # training: O(N) memory
+            out = linear_grad.causal_linear_attention(phi_q, phi_k, v, phi, plan, log_g=gates,
+                                                      normalize=normalize, eps=eps, chunk_size=chunk_size,
+                                                      features=True)
+            return be.to_output(out)
     if method == "recurrent":
         num, den, S, z = _recurrent(phi_q, phi_k, v, log_g)
     else:  # torch, gates per channel: the speed tier's factored scores where the gates allow them

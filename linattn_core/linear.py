@@ -13,9 +13,10 @@ Causal, the same with prefix sums ``S_i = sum_{j <= i}``, computed three ways:
 
 ``"auto"`` picks the fastest for the input: chunked, except the recurrent loop for a few tokens.
 
-These are the reference forms. On a CPU, :func:`linear_attention` hands a torch call to the speed
-tier first (``linattn_core.fast``: the same maths in fewer, larger steps, or the compiled kernel),
-which answers None where it does not apply.
+These are the reference forms. :func:`linear_attention` asks the speed tier (``linattn_core.fast``:
+the same maths in fewer, larger steps, or the compiled kernel) which forms run, once, as a plan: a
+fast forward, training through the O(N)-memory backward of :mod:`linattn_core.linear_grad`, or the
+forms here (where the plan names no fast form; ``"auto"`` counts as chunked for the fast forms).
 """
 
 from __future__ import annotations
@@ -98,14 +99,14 @@ def linear_attention(
     eps = ops.check_eps(eps)
     phi = as_feature_map(feature_map, int(q.shape[-1]))
     q, k, v = (be.to_compute(x) for x in (q, k, v))
-    if causal and method in ("auto", "chunked") and linear_grad.needs_grad(q, k, v):
-        # training: the chunked form with a backward pass in O(N) memory
-        return be.to_output(linear_grad.causal_linear_attention(q, k, v, phi, eps=eps, chunk_size=chunk_size))
-    if causal and method == "auto":
-        method = _auto_method(int(q.shape[-2]))
-    # the speed tier (linattn_core.fast): the same maths arranged for a CPU, or None where it does not apply
-    result = fast.linear_attention(q, k, v, phi, causal=causal, eps=eps, method=method, chunk_size=chunk_size)
-    out, den = result if result is not None else _reference(q, k, v, phi, causal, eps, method, chunk_size)
+    plan = fast.which(q, k, v, phi, causal=causal, method=method)  # which forms run, forwards and backwards
+    if plan.backward is not None:  # training: the chunked form with a backward pass in O(N) memory
+        out = linear_grad.causal_linear_attention(q, k, v, phi, plan, eps=eps, chunk_size=chunk_size)
+        return be.to_output(out)
+    if plan.forward is not None:  # the speed tier (linattn_core.fast): the same maths arranged for a CPU
+        out, den = fast.linear_attention(plan, q, k, v, phi, causal=causal, eps=eps, chunk_size=chunk_size)
+    else:
+        out, den = _reference(q, k, v, phi, causal, eps, method, chunk_size)
     warn_nonpositive(den, phi)
     return be.to_output(out)
 
@@ -119,6 +120,8 @@ def _reference(q: Any, k: Any, v: Any, phi: Any, causal: bool, eps: float, metho
     phi_q, phi_k = phi.pair(q, k, causal=causal)  # (..., N_q, d_phi), (..., N_k, d_phi)
     if not causal:
         return noncausal(phi_q, phi_k, v, eps)
+    if method == "auto":
+        method = _auto_method(int(q.shape[-2]))
     if method == "chunked":
         return causal_chunked(phi_q, phi_k, v, eps, chunk_size)
     return _CAUSAL[method](phi_q, phi_k, v, eps)

@@ -2,7 +2,8 @@
 
 ``phi(x)`` maps ``x: (..., N, d)`` to ``(..., N, d_phi)``. The elementwise maps also give
 ``phi(x)`` and ``dphi/dx`` in one pass (:meth:`value_and_slope`, torch): the backward pass of
-:mod:`linattn_core.linear_grad` multiplies the features' gradient by it, block by block.
+the speed tier's torch engine (:mod:`linattn_core.fast.blocked`) multiplies the features' gradient by it,
+block by block.
 """
 
 from __future__ import annotations

@@ -1,8 +1,11 @@
 """The O(N)-memory backward pass (linattn_core.linear_grad) against autograd through the references.
 
 Gradients are compared in float64 with the quadratic references (kernel_attention and
-decayed_kernel_attention) differentiated by autograd; gradcheck and gradgradcheck on small sizes. The
-memory of a forward + backward is measured (peak resident set) in ``tests/machine/test_measured_memory.py``.
+decayed_kernel_attention) differentiated by autograd: the token-by-token recurrence of the equations
+(``causal_backward_recurrent``), and the autograd Function that training runs; gradcheck and gradgradcheck
+on small sizes. The speed tier's blocked engine, which the Function runs, is held to both in
+``tests/fast/test_blocked.py``. The memory of a forward + backward is measured (peak resident set) in
+``tests/machine/test_measured_memory.py``.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ from _tolerances import assert_close
 
 torch = pytest.importorskip("torch")
 
-from linattn_core import get_feature_map, kernel_attention, linear_attention, linear_grad  # noqa: E402
+from linattn_core import fast, get_feature_map, kernel_attention, linear_attention, linear_grad  # noqa: E402
 from linattn_core.decay import decayed_kernel_attention, decayed_linear_attention  # noqa: E402
 
 F64 = torch.float64
@@ -43,50 +46,30 @@ def _log_g(decay, gates):
     return torch.full_like(gates, math.log(0.8)) if decay == "constant" else gates.log()
 
 
-@pytest.fixture
-def block_rows(request, monkeypatch):
-    """Whole sequences in one block (None), or blocks of 3 chunks (the carried states cross blocks)."""
-    if request.param is not None:
-        monkeypatch.setattr(linear_grad, "_blocks", _small_blocks(request.param))
-    return request.param
+def _function(q, k, v, phi, *, log_g=None, normalize=True, chunk_size=64):
+    """The autograd Function with the plan linear_attention would hand it."""
+    plan = fast.which(q, k, v, phi, causal=True, method="chunked", log_g=log_g, normalize=normalize)
+    return linear_grad.causal_linear_attention(q, k, v, phi, plan, log_g=log_g, normalize=normalize,
+                                               chunk_size=chunk_size)
 
 
-def _small_blocks(chunks):
-    def small(n, C, nb):
-        full = n // C * C
-        out = [(a, min(a + chunks * C, full), C) for a in range(0, full, chunks * C)]
-        return out + ([(full, n, n - full)] if full < n else [])
-
-    return small
-
-
-def _splits():
-    """(n, C, blocks) where the split differs: 48 divides none of the lengths, 16 divides 64; blocks of
-    3 chunks only where the whole chunks make more than one such block, and one chunk size for n = 1
-    (its one chunk is its one token, whatever C): the other combinations split the sequence exactly as
-    one of these does."""
-    for n in (1, 63, 64, 65, 200):
-        for C in (16, 48) if n > 1 else (16,):
-            for blocks in (None, 3) if n // C > 3 else (None,):
-                split = "blocks-of-3-chunks" if blocks else "one-block"
-                yield pytest.param(n, C, blocks, id=f"{n}-{C}-{split}")
-
-
-@pytest.mark.parametrize(("n", "C", "block_rows"), list(_splits()), indirect=["block_rows"])
+@pytest.mark.parametrize("n", [1, 7, 65])
 @pytest.mark.parametrize("normalize", [True, False])
 @pytest.mark.parametrize("decay", [None, "constant", "gated"])
-def test_gradients_equal_autograd_through_the_reference(n, C, normalize, decay, block_rows):
+def test_the_recurrence_of_the_equations_equals_autograd_through_the_quadratic_form(n, normalize, decay):
+    # causal_backward_recurrent takes the features: the reference differentiates with respect to them
     q, k, v, gates, dout = _inputs((2, 3), n)
-    ins = [x.requires_grad_() for x in (q, k, v, gates)]
-    expected = _reference(q, k, v, "elu+1", decay, gates, normalize)
-    out = linear_grad.causal_linear_attention(q, k, v, ELU, log_g=_log_g(decay, gates),
-                                              normalize=normalize, chunk_size=C)
-    assert_close(out, expected)
-    wrt = ins if decay == "gated" else ins[:3]
-    for got, want in zip(torch.autograd.grad(out, wrt, dout), torch.autograd.grad(expected, wrt, dout),
-                         strict=True):
-        assert got.shape == want.shape
-        assert_close(got, want)
+    phi_q, phi_k = (ELU(x).detach().requires_grad_() for x in (q, k))
+    log_g = _log_g(decay, gates)
+    log_g = None if log_g is None else log_g.requires_grad_()
+    ins = [phi_q, phi_k, v.requires_grad_()] + ([log_g] if decay == "gated" else [])
+    gates = None if log_g is None else log_g.exp()
+    expected = _reference(phi_q, phi_k, v, "identity", decay, gates, normalize)
+    want = torch.autograd.grad(expected, ins, dout)
+    got = linear_grad.causal_backward_recurrent(phi_q, phi_k, v, dout, log_g=log_g, normalize=normalize)
+    assert (got[3] is None) == (decay is None)
+    for name, g, w in zip(("dphi_q", "dphi_k", "dv", "dlog_g"), got, want, strict=False):
+        assert_close(g, w, what=f"{name}, n={n}, decay={decay}, normalize={normalize}")
 
 
 @pytest.mark.filterwarnings("ignore:.*denominators:RuntimeWarning")
@@ -99,7 +82,7 @@ def test_other_feature_maps(fm):
     normalize = fm != "identity"
     phi = linattn_feature(fm)
     expected = _reference(q, k, v, phi, None, None, normalize)
-    out = linear_grad.causal_linear_attention(q, k, v, phi, normalize=normalize, chunk_size=16)
+    out = _function(q, k, v, phi, normalize=normalize, chunk_size=16)
     assert_close(out, expected)
     for got, want in zip(torch.autograd.grad(out, (q, k, v), dout),
                          torch.autograd.grad(expected, (q, k, v), dout), strict=True):
@@ -124,8 +107,7 @@ def test_gradcheck(decay, normalize):
     q, k, v, gates = (x.requires_grad_() for x in (q, k, v, gates))
 
     def f(q, k, v, gates):
-        return linear_grad.causal_linear_attention(q, k, v, ELU, log_g=_log_g(decay, gates),
-                                                   normalize=normalize, chunk_size=3)
+        return _function(q, k, v, ELU, log_g=_log_g(decay, gates), normalize=normalize, chunk_size=3)
 
     assert torch.autograd.gradcheck(f, (q, k, v, gates))
 
@@ -136,7 +118,7 @@ def test_gradgradcheck(decay):
     q, k, v, gates = (x.requires_grad_() for x in (q, k, v, gates))
 
     def f(q, k, v, gates):
-        return linear_grad.causal_linear_attention(q, k, v, ELU, log_g=_log_g(decay, gates), chunk_size=2)
+        return _function(q, k, v, ELU, log_g=_log_g(decay, gates), chunk_size=2)
 
     assert torch.autograd.gradgradcheck(f, (q, k, v, gates))
 
@@ -194,27 +176,6 @@ def test_gates_of_one_train_through_the_plain_form_unless_they_are_learned(gate,
     assert all(torch.isfinite(g).all() and g.abs().max() > 0 for g in dg)  # a learned gate keeps its gradient
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, F64])
-def test_decay_factors_come_from_c_exponentials_where_nothing_can_overflow(dtype, monkeypatch):
-    # gates near 1: lam stays small, D = exp(lam_i) exp(-lam_j); gates near 0 over 64 tokens: lam
-    # reaches about -590, past what a factor can hold (float32 and float64), so D is exp(lam_i - lam_j)
-    gen = torch.Generator().manual_seed(7)
-    mask = torch.ones(64, 64, dtype=torch.bool).tril()
-    for low, high, factored in ((0.5, 1.0, True), (1e-4, 1e-3, False)):
-        g = low + (high - low) * torch.rand(3, 2, 64, generator=gen, dtype=F64)
-        lam = g.log().cumsum(-1).to(dtype)
-        calls = []
-        real = torch.exp
-        spy = lambda x, calls=calls, real=real: calls.append(tuple(x.shape)) or real(x)  # noqa: E731
-        monkeypatch.setattr(torch, "exp", spy)
-        D = linear_grad._Decay(lam, mask).D
-        monkeypatch.undo()
-        assert ((3, 2, 64, 64) not in calls) == factored, calls  # no c x c exponential when factored
-        direct = torch.exp(torch.where(mask, lam[..., :, None] - lam[..., None, :], -math.inf))
-        assert torch.isfinite(D).all() and torch.equal(D == 0, ~mask.expand_as(D) | (direct == 0))
-        assert_close(D, direct, dtype="float32" if dtype == torch.float32 else "float64")
-
-
 @pytest.mark.parametrize("normalize", [True, False])
 @pytest.mark.parametrize("dtype", [torch.float32, F64])
 def test_strong_gates_train_like_the_reference(normalize, dtype):
@@ -237,7 +198,7 @@ def test_strong_gates_train_like_the_reference(normalize, dtype):
 def test_forward_keeps_only_its_inputs():
     q, k, v, _, _ = _inputs((2,), 100, seed=6)
     q, k, v = (x.requires_grad_() for x in (q, k, v))
-    out = linear_grad.causal_linear_attention(q, k, v, ELU, chunk_size=16)
+    out = _function(q, k, v, ELU, chunk_size=16)
     saved = [t for t in out.grad_fn.saved_tensors if t is not None]
     assert {t.data_ptr() for t in saved} <= {q.data_ptr(), k.data_ptr(), v.data_ptr()}
 

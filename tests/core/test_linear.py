@@ -231,7 +231,8 @@ def test_fast_cpu_path_equals_numpy_reference_forms(n, fast_map, causal, chunk):
     tq, tk, tv = (torch.from_numpy(x) for x in (q, k, v))
     method = "chunked" if causal else "auto"
     phi = get_feature_map(fast_map)
-    assert fast.which(tq, tk, tv, phi, causal=causal, method=method) == "torch", "must use the fast path"
+    plan = fast.which(tq, tk, tv, phi, causal=causal, method=method)
+    assert plan.forward == "torch", "must use the fast path"
     with torch.no_grad():
         fast = linear_attention(tq, tk, tv, fast_map, causal=causal, method=method, chunk_size=chunk)
     reference = linear_attention(q, k, v, fast_map, causal=causal, method=method, chunk_size=chunk)
@@ -252,7 +253,7 @@ def test_chunked_fast_path_for_batch_shapes_and_block_edges(batch, n, chunk):
     rng = np.random.default_rng(n + len(batch))
     q, k, v = rng.standard_normal((3, *batch, n, 8)) * 0.5
     tq, tk, tv = (torch.from_numpy(x) for x in (q, k, v))
-    assert fast.which(tq, tk, tv, get_feature_map("elu+1"), causal=True, method="chunked") == "torch"
+    assert fast.which(tq, tk, tv, get_feature_map("elu+1"), causal=True, method="chunked").forward == "torch"
     with torch.no_grad():
         fast = linear_attention(tq, tk, tv, "elu+1", causal=True, method="chunked", chunk_size=chunk)
     reference = linear_attention(q, k, v, "elu+1", causal=True, method="cumsum")
@@ -284,7 +285,7 @@ def test_fast_tier_float32_equals_the_float64_reference(map_name, n, compiled):
     phi = get_feature_map(map_name, d=8, seed=0) if map_name == "performer" else get_feature_map(map_name)
     switch = kernel.switched_off if compiled == "switched off" else contextlib.nullcontext
     with switch():
-        form = fast.which(q, k, v, phi, causal=True, method="chunked")
+        form = fast.which(q, k, v, phi, causal=True, method="chunked").forward
         if kernel.available():
             assert form == "kernel"
         else:
@@ -296,7 +297,8 @@ def test_fast_tier_float32_equals_the_float64_reference(map_name, n, compiled):
 
 
 @pytest.mark.parametrize(
-    "why", ["numpy", "grad", "recurrent", "cumsum", "short non-causal", "not elementwise, non-causal"]
+    "why",
+    ["numpy", "non-causal grad", "recurrent", "cumsum", "short non-causal", "not elementwise, non-causal"],
 )
 def test_the_reference_forms_run_where_the_fast_tier_does_not_apply(why):
     import contextlib
@@ -310,8 +312,8 @@ def test_the_reference_forms_run_where_the_fast_tier_does_not_apply(why):
     phi, causal, method = get_feature_map("elu+1"), True, "chunked"
     if why == "numpy":
         q, k, v = (x.numpy() for x in (q, k, v))
-    elif why == "grad":
-        q.requires_grad_(True)
+    elif why == "non-causal grad":  # autograd through the reference (causal ones train through linear_grad)
+        q, causal = q.requires_grad_(True), False
     elif why in ("recurrent", "cumsum"):
         method = why
     elif why == "short non-causal":
@@ -322,13 +324,58 @@ def test_the_reference_forms_run_where_the_fast_tier_does_not_apply(why):
     # test_noncausal_kernel.py): without it, these two fall to the references
     off = kernel.switched_off if not causal else contextlib.nullcontext
     with off():
-        assert fast.which(q, k, v, phi, causal=causal, method=method) is None
-        assert fast.linear_attention(q, k, v, phi, causal=causal, eps=1e-6, method=method,
-                                     chunk_size=64) is None
-        with torch.no_grad():  # and linear_attention still gives the reference's answer
-            out = linear_attention(q, k, v, phi, causal=causal, method=method)
+        plan = fast.which(q, k, v, phi, causal=causal, method=method)
+        assert plan.forward is None and plan.backward is None and plan.grad == (why == "non-causal grad")
+        out = linear_attention(q, k, v, phi, causal=causal, method=method)  # the reference's answer
     as64 = [torch.as_tensor(x).detach().double() for x in (q, k, v)]
     assert_close(out, kernel_attention(*as64, phi, causal=causal), dtype=torch.float32, what=why)
+
+
+def test_one_plan_decides_the_forward_and_the_backward():
+    # fast.which: the form of each pass and whether a gradient is needed, from one call
+    import torch
+
+    from linattn_core.fast import Plan, kernel, which
+
+    elu, softplus = get_feature_map("elu+1"), get_feature_map("softplus")
+    q, k, v = _float32_qkv((2, 600, 8), seed=4)
+    q64, k64, v64 = (x.double() for x in (q, k, v))
+    trained = q.clone().requires_grad_(), q64.clone().requires_grad_()
+    log_g = torch.full((2, 600), -0.1)
+    compiled = "kernel" if kernel.available() else "torch"
+    causal = {"causal": True, "method": "chunked"}
+    assert which(q.numpy(), k.numpy(), v.numpy(), elu, **causal) == Plan()
+    assert which(q64, k64, v64, elu, **causal) == Plan("torch")  # no kernel for float64: torch from 512
+    assert which(q64[:, :100], k64[:, :100], v64[:, :100], elu, **causal) == Plan()  # short: the reference
+    assert which(q, k, v, elu, **causal) == Plan(compiled)
+    assert which(q, k, v, elu, causal=True, method="recurrent") == Plan()  # the form the reader named
+    # a gradient: the autograd Function of linear_grad, its passes chosen here
+    assert which(trained[1], k64, v64, elu, **causal) == Plan("torch", True, "torch")
+    assert which(trained[0], k, v, elu, **causal) == Plan(compiled, True, compiled)
+    assert which(trained[0], k, v, elu, **causal, normalize=False) == Plan("torch", True, compiled)
+    assert which(trained[0], k, v, elu, **causal, log_g=log_g) == Plan("torch", True, "torch")
+    assert which(q, k, v, elu, **causal, log_g=log_g.requires_grad_()) == Plan("torch", True, "torch")
+    assert which(trained[0], k, v, softplus, **causal) == Plan("torch", True, "torch")  # not in the kernel
+    assert which(trained[0], k, v, softplus, **causal, features=True) == Plan(compiled, True, compiled)
+    assert which(trained[0], k, v, elu, causal=True, method="cumsum") == Plan(grad=True)  # plain autograd
+    assert which(trained[0], k, v, elu, causal=False, method="auto") == Plan(grad=True)
+    with torch.no_grad():
+        assert which(trained[0], k, v, elu, **causal) == Plan(compiled)
+
+
+def test_a_call_asks_for_its_plan_once(monkeypatch):
+    # forward and backward follow the one plan: nothing decides again which form runs
+    import torch
+
+    from linattn_core import fast
+
+    calls = []
+    real = fast.which
+    monkeypatch.setattr(fast, "which", lambda *a, **kw: calls.append(kw) or real(*a, **kw))
+    q, k, v = (x.double().requires_grad_() for x in _float32_qkv((2, 70, 8), seed=5))
+    out = linear_attention(q, k, v, causal=True, chunk_size=16)
+    torch.autograd.grad(out.sum(), (q, k, v))
+    assert len(calls) == 1
 
 
 @pytest.mark.parametrize("name", ["identity", "elu+1", "relu", "softplus"])

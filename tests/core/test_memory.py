@@ -141,8 +141,9 @@ def test_results_own_their_storage(form):
     assert first.numel() == 7
     # out and den come from separate allocations (den stays inside linear_attention)
     with _switch(form):
-        out, den = fast.linear_attention(q, k, v, get_feature_map("elu+1"), causal=FORMS[form][0], eps=1e-6,
-                                         method="chunked", chunk_size=64)
+        phi, causal = get_feature_map("elu+1"), FORMS[form][0]
+        plan = fast.which(q, k, v, phi, causal=causal, method="chunked")
+        out, den = fast.linear_attention(plan, q, k, v, phi, causal=causal, eps=1e-6, chunk_size=64)
     assert not _overlap(_span(out), _span(den))
 
 

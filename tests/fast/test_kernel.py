@@ -321,7 +321,7 @@ def test_torch_fast_path_in_float32_still_equals_the_reference(monkeypatch):
     # be right, since machines without the kernel use it
     monkeypatch.setenv("LINATTN_NATIVE", "0")
     q, k, v = qkv(3, 1000, 16, 16, seed=8, map_name="elu+1")
-    assert fast.which(q, k, v, get_feature_map("elu+1"), causal=True, method="chunked") == "torch"
+    assert fast.which(q, k, v, get_feature_map("elu+1"), causal=True, method="chunked").forward == "torch"
     with torch.no_grad():
         out = linear_attention(q, k, v, causal=True, method="chunked", chunk_size=48)
     expected = kernel_attention(q.double(), k.double(), v.double(), causal=True)
@@ -419,7 +419,7 @@ def test_subclassed_feature_maps_run_the_torch_forms_and_their_own_formula():
 
     q, k, v = qkv(2, 600, 8, 8, seed=11, map_name="elu+1")
     phi = Shifted()
-    assert fast.which(q, k, v, phi, causal=True, method="chunked") == "torch"
+    assert fast.which(q, k, v, phi, causal=True, method="chunked").forward == "torch"
     out = linear_attention(q, k, v, phi, causal=True, method="chunked")
     expected = kernel_attention(q.double(), k.double(), v.double(), phi, causal=True)
     assert_close(out, expected, dtype=torch.float32, what="a subclass of elu+1 through the torch forms")

@@ -200,13 +200,17 @@ def test_bad_options_are_refused():
         call(t, isa="sse2")
 
 
-def test_fast_tier_declines_what_the_kernel_does_not_take():
+def test_the_plan_gives_the_compiled_backward_only_what_it_takes():
     q, k, v, dout = inputs((1, 20, 4, 4, 8), "identity", seed=1)  # positive: identity features
-    assert fast.causal_backward(q, k, v, dout, get_feature_map("softplus"), 1e-6, 8, True) is None
-    as64 = (x.double() for x in (q, k, v, dout))
-    assert fast.causal_backward(*as64, None, 1e-6, 8, True) is None
+    trained, causal = q.clone().requires_grad_(), {"causal": True, "method": "chunked"}
+    assert fast.which(trained, k, v, get_feature_map("softplus"), **causal).backward == "torch"
+    as64 = (x.double() for x in (trained, k, v))
+    assert fast.which(*as64, get_feature_map("identity"), **causal).backward == "torch"
+    plan = fast.which(trained, k, v, get_feature_map("softplus"), **causal, features=True)
+    assert plan.backward == "kernel"
     # features given (phi None), a chunk longer than the sequence, leading dims kept
-    got = fast.causal_backward(*(x.view(1, 1, 20, 4) for x in (q, k, v, dout)), None, 1e-6, 64, True)
+    *got, dlog_g = fast.causal_backward(plan, *(x.view(1, 1, 20, 4) for x in (q, k, v)), None,
+                                        dout.view(1, 1, 20, 4), None, 1e-6, 64, True)
     want = reference_grads(q, k, v, dout, "identity", True)
     assert_grads([g.view(1, 20, 4) for g in got], want, "features given, C > N")
-    assert all(g.shape == (1, 1, 20, 4) for g in got)
+    assert all(g.shape == (1, 1, 20, 4) for g in got) and dlog_g is None

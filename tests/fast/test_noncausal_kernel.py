@@ -174,7 +174,7 @@ def test_linear_attention_runs_the_kernel_for_cpu_float32(monkeypatch, map_name,
     calls = spy_on(monkeypatch)
     q, k, v = qkv(2, n, n, 16, 8, seed=n, map_name=map_name)
     q4, k4, v4 = (x.view(1, 2, n, -1) for x in (q, k, v))  # (batch, heads, N, .)
-    assert fast.which(q4, k4, v4, get_feature_map(map_name), causal=False, method="auto") == "kernel"
+    assert fast.which(q4, k4, v4, get_feature_map(map_name), causal=False, method="auto").forward == "kernel"
     out = linear_attention(q4, k4, v4, map_name)
     assert [c.name for c in calls] == [map_name]
     expected = kernel_attention(q4.double(), k4.double(), v4.double(), map_name)

@@ -22,8 +22,8 @@ from _measure import median_peak, one_thread, slope
 
 torch = pytest.importorskip("torch")
 
-from linattn_core import linear_attention, linear_grad  # noqa: E402
-from linattn_core.fast import kernel  # noqa: E402
+from linattn_core import linear_attention  # noqa: E402
+from linattn_core.fast import blocked, kernel  # noqa: E402
 
 N, D = 200_000, 16
 # allowed peak, in multiples of the bytes of q, k, v and the output together: 190x above the measured one
@@ -169,7 +169,7 @@ def test_memory_is_linear_in_n_and_never_a_prefix_state_tensor(monkeypatch):
     3.8 to 5.2 tensors per token, also with glibc's malloc tuned otherwise (a fixed mmap threshold, no
     trimming, one arena, huge pages); the bounds sit a factor of two or more away from that.
     """
-    monkeypatch.setattr(linear_grad, "_BLOCK_ROWS", 1024)  # small blocks: the O(N) part dominates
+    monkeypatch.setattr(blocked, "_BLOCK_ROWS", 1024)  # small blocks: the O(N) part dominates
     nb, d, lengths = 2, 64, [4096, 8192, 16384]
     tensor = nb * d * 8  # bytes per token of one (nb, N, d) float64 tensor
     prefix = nb * d * d * 8  # bytes per token of the prefix states S_t: d = 64 such tensors
