@@ -27,6 +27,7 @@ from . import _backend as ops  # the array helpers, one spelling for numpy and t
 from . import fast, linear_grad
 from .attention import normalized, warn_nonpositive
 from .feature_maps import as_feature_map
+from .streaming import linear_step, read
 
 __all__ = ["METHODS", "linear_attention"]
 
@@ -147,18 +148,19 @@ def noncausal(phi_q: Any, phi_k: Any, v: Any, eps: float) -> tuple[Any, Any]:
 def causal_recurrent(phi_q: Any, phi_k: Any, v: Any, eps: float) -> tuple[Any, Any]:
     """The recurrence, one token at a time: add ``(k_t, v_t)`` to the state, then answer ``q_t``.
 
-    phi_q, phi_k: (..., N, d_phi), v: (..., N, d_v) -> out (..., N, d_v), den (..., N)
+    phi_q, phi_k: (..., N, d_phi), v: (..., N, d_v) -> out (..., N, d_v), den (..., N).
+    One step is :func:`~linattn_core.streaming.linear_step` (``S_t = S_{t-1} + phi(k_t) v_t^T``,
+    ``z_t = z_{t-1} + phi(k_t)``), the rule :class:`~linattn_core.LinearAttentionState` steps with too.
     """
     d_phi, d_v = int(phi_k.shape[-1]), int(v.shape[-1])
     S = ops.zeros(tuple(phi_k.shape[:-2]) + (d_phi, d_v), phi_k)  # (..., d_phi, d_v)
     z = ops.zeros(tuple(phi_k.shape[:-2]) + (d_phi,), phi_k)  # (..., d_phi)
     nums, dens = [], []
     for t in range(int(phi_k.shape[-2])):
-        k_t, v_t, q_t = phi_k[..., t, :], v[..., t, :], phi_q[..., t, :]
-        S = S + k_t[..., :, None] * v_t[..., None, :]  # S_t = S_{t-1} + phi(k_t) v_t^T
-        z = z + k_t  # z_t = z_{t-1} + phi(k_t)
-        nums.append((q_t[..., None, :] @ S)[..., 0, :])  # phi(q_t)^T S_t: (..., d_v)
-        dens.append(ops.total(q_t * z, axis=-1))  # phi(q_t) . z_t: (...,)
+        S, z = linear_step(S, z, phi_k[..., t, :], v[..., t, :])
+        num, den = read(S, z, phi_q[..., t, :])  # phi(q_t)^T S_t: (..., d_v), phi(q_t) . z_t: (...,)
+        nums.append(num)
+        dens.append(den)
     num, den = ops.stack(nums, axis=-2), ops.stack(dens, axis=-1)
     return normalized(num, den, eps), den
 
