@@ -9,8 +9,9 @@ Everything a timing claim in the book rests on lives here, so that it can be rea
 - :mod:`~linattn_core.tools.timing.clock`: :func:`time_calls`, the one timer, times several callables
   interleaved (warm-up, accelerator synchronisation, blocks of each in turn round after round; median
   and inter-quartile range), :func:`time_call` one of them, :func:`time_steps` stateful steps (a
-  generated token), :func:`noisy` flags a spread wider than
-  its median; :func:`matmul_rate` and :func:`copy_rate` measure the machine's rates;
+  generated token), :func:`noisy` flags a spread wider than its median, :func:`synchronizer` waits for
+  an accelerator before the clock is read (the sweeps' warm-up uses it too); :func:`matmul_rate` and
+  :func:`copy_rate` measure the machine's rates;
 - :mod:`~linattn_core.tools.timing.memory`: :func:`peak_memory` *measures* the extra memory a call needs;
 - :mod:`~linattn_core.tools.timing.cost`: the one cost model, :func:`flops`, :func:`bytes_moved`,
   :func:`predicted_bytes`, :func:`flop_crossover`, :func:`cost_curves`, :func:`decode_memory`, the
@@ -47,7 +48,7 @@ from ..._provenance import (
     pick_device,
     torch_device,
 )
-from .clock import Timing, copy_rate, matmul_rate, noisy, time_call, time_calls, time_steps
+from .clock import Timing, copy_rate, matmul_rate, noisy, synchronizer, time_call, time_calls, time_steps
 from .cost import (
     COUNTED,
     METHODS,
@@ -108,6 +109,7 @@ __all__ = [
     "predicted_bytes",
     "standard_methods",
     "sweep",
+    "synchronizer",
     "throughput_figure",
     "time_call",
     "time_calls",

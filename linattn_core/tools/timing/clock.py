@@ -23,7 +23,8 @@ import numpy as np
 from ..._provenance import torch_device, torch_dtype
 from .cost import check_sizes
 
-__all__ = ["Timing", "copy_rate", "matmul_rate", "noisy", "time_call", "time_calls", "time_steps"]
+__all__ = ["Timing", "copy_rate", "matmul_rate", "noisy", "synchronizer", "time_call", "time_calls",
+           "time_steps"]
 
 
 @dataclass(frozen=True)
@@ -48,7 +49,9 @@ class Timing:
         return self.q75_s - self.q25_s
 
 
-def _synchronizer(device: Any) -> Callable[[], None]:
+def synchronizer(device: Any) -> Callable[[], None]:
+    """What waits for ``device``'s queued work before the clock is read: ``torch.cuda.synchronize`` on a
+    GPU, ``torch.mps.synchronize`` on Apple's, nothing on a CPU or without a device (numpy)."""
     if device is None:
         return lambda: None
     import torch
@@ -125,7 +128,7 @@ def time_calls(calls: Mapping[str, Callable[[], Any]], *, device: Any = None, mi
         raise ValueError(f"min_run_time={min_run_time} and max_run_time={max_run_time} must be positive")
     if min_repeats < 1:
         raise ValueError(f"min_repeats={min_repeats} must be at least 1")
-    sync = _synchronizer(device)
+    sync = synchronizer(device)
     firsts = dict(first_s or {})
     for name, fn in calls.items():
         if name not in firsts:
@@ -152,7 +155,7 @@ def time_steps(steps: Mapping[str, Callable[[], Any]], rounds: int, *, device: A
     exactly which states were timed). ``first_call_s`` is the last warm-up call's time."""
     if rounds < 1 or warmup < 0:
         raise ValueError(f"rounds={rounds} must be at least 1 and warmup={warmup} at least 0")
-    sync = _synchronizer(device)
+    sync = synchronizer(device)
     warm = _rounds({name: (fn, 1, warmup) for name, fn in steps.items()}, sync) if warmup else {}
     times = _rounds({name: (fn, 1, rounds) for name, fn in steps.items()}, sync, start=warmup)
     return {name: _timing_from(times[name], 1, warm[name][-1] if warm else times[name][0]) for name in steps}

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from ..._provenance import GIB, dtype_name, environment, num_threads, torch_device, torch_dtype
-from .clock import _synchronizer, time_calls
+from .clock import synchronizer, time_calls
 from .cost import CAUSAL_ONLY, METHODS, check_sizes, flops, predicted_bytes
 from .memory import available_memory, format_bytes, peak_memory
 
@@ -301,7 +301,7 @@ def _is_oom(exc: BaseException) -> bool:
 
 def _warm_up(rec: Record, m: Method, call: Callable[[], Any], dev: Any, over: dict[str, str]) -> float | None:
     """The first call, timed; None (and the record skipped) if it ran out of memory."""
-    sync = _synchronizer(dev)
+    sync = synchronizer(dev)
     try:
         sync()
         start = time.perf_counter()
