@@ -11,7 +11,9 @@ the library imports them. What this package exports is its modules; importing it
 - :mod:`~linattn_core.tools.bench`: ``python -m linattn_core.bench``, the benchmark;
 - :mod:`~linattn_core.tools.exercises`: the auto-checked exercises (``check()``, ``hint(n)``, ``solution()``);
 - :mod:`~linattn_core.tools.course`: answer keys, typical wrong answers, the exit-ticket quizzes
-  (``quizzes/``, package data).
+  (``quizzes/``, package data);
+- :mod:`~linattn_core.tools.style`: the figures' house style (palette, template, axes, legends), which
+  ``viz`` and ``timing`` both draw with.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-__all__ = ["bench", "course", "exercises", "timing", "viz", "widgets"]
+__all__ = ["bench", "course", "exercises", "style", "timing", "viz", "widgets"]
 
 
 def __getattr__(name: str) -> Any:

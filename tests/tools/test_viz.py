@@ -22,7 +22,7 @@ import pytest
 from _tolerances import assert_close
 
 from linattn_core import LinearAttentionState, get_feature_map, kernel_attention, softmax_attention
-from linattn_core.tools import viz
+from linattn_core.tools import style, viz
 
 
 def arr(x) -> np.ndarray:
@@ -460,7 +460,7 @@ def test_legend_below_makes_room_for_every_row():
     fig = go.Figure([go.Scatter(x=[1, 2], y=[1, 2], name=f"a long method name number {i} (causal)")
                      for i in range(7)])
     fig.update_layout(height=400)
-    rows = viz.style.legend_rows([tr.name for tr in fig.data])
+    rows = style.legend_rows([tr.name for tr in fig.data])
     assert rows >= 2
     viz.legend_below(fig)
     assert fig.layout.legend.orientation == "h" and fig.layout.legend.y < 0

@@ -1,7 +1,7 @@
 """Plots of timing records: time and memory against length, the cost model against measurements, and
 the whole model's tokens/s against context (:func:`throughput_figure`).
 
-Figures follow the book's house style (:mod:`linattn_core.tools.viz.style`): a palette with enough contrast on
+Figures follow the book's house style (:mod:`linattn_core.tools.style`): a palette with enough contrast on
 white, log axes whose every label is a number, and the legend below the plot, where long method names
 fit at any page width. plotly is imported inside the functions.
 """
@@ -34,7 +34,7 @@ def _line_figure(records: Sequence[Record], value: Callable[[Record], float], *,
                  hover: str) -> Any:
     import plotly.graph_objects as go
 
-    from ..viz.style import PALETTE, finish, log_axis
+    from ..style import PALETTE, finish, log_axis
 
     fig = go.Figure()
     for i, (label, pts) in enumerate(_series(records).items()):
@@ -55,7 +55,7 @@ def time_figure(records: Sequence[Record], *, title: str = "Time per call agains
 
     ``crossover`` (a length) adds a dotted vertical line there, named ``crossover_label`` in the legend.
     """
-    from ..viz.style import legend_below
+    from ..style import legend_below
 
     fig = _line_figure(records, lambda r: r.median_s * 1e3, y_title="time per call (ms, log scale)",
                        title=title, hover="%{y:.3g} ms")
@@ -70,7 +70,7 @@ def time_figure(records: Sequence[Record], *, title: str = "Time per call agains
 
 def memory_figure(records: Sequence[Record], *, title: str = "Peak extra memory per call") -> Any:
     """Log-log plotly figure of the measured peak extra memory of each method (MiB)."""
-    from ..viz.style import legend_below
+    from ..style import legend_below
 
     with_memory = [r for r in records if r.peak_bytes]
     return legend_below(_line_figure(with_memory, lambda r: r.peak_bytes / 2**20,
@@ -87,7 +87,7 @@ def model_figure(records: Sequence[Record], model: CostModel, methods: Sequence[
     """
     import plotly.graph_objects as go
 
-    from ..viz.style import PALETTE, finish, legend_below, log_axis
+    from ..style import PALETTE, finish, legend_below, log_axis
 
     fig = go.Figure()
     for i, (name, causal) in enumerate(methods):
@@ -122,7 +122,7 @@ def throughput_figure(result: dict, what: str = "training", *, title: str | None
     """
     import plotly.graph_objects as go
 
-    from ..viz.style import PALETTE, finish, legend_below, log_axis
+    from ..style import PALETTE, finish, legend_below, log_axis
 
     if what not in ("training", "generation"):
         raise ValueError(f"what must be 'training' or 'generation', got {what!r}")

@@ -14,8 +14,8 @@ Glossary (code -> text)
 The package, by job (each explorer of :mod:`linattn_core.tools.widgets` has a ``*_twin`` builder here: the
 same picture as a plotly figure whose own sliders and menus work on the static site):
 
-- :mod:`~linattn_core.tools.viz.style`: palette, template, axis and legend helpers (also used by
-  :mod:`linattn_core.tools.timing`'s plots);
+- the house style (palette, template, axis and legend helpers) is :mod:`linattn_core.tools.style`, below
+  this package and :mod:`linattn_core.tools.timing`, whose plots use it too;
 - :mod:`~linattn_core.tools.viz.site`: the static-site renderer (:func:`use_static_renderer`,
   :func:`figure_html`) with its keyboard script;
 - :mod:`~linattn_core.tools.viz.controls`: sliders, menus, frames and the layout of a twin;
@@ -30,11 +30,12 @@ same picture as a plotly figure whose own sliders and menus work on the static s
 Every public name is re-exported here: ``from linattn_core.tools import viz; viz.attention_heatmap(...)``.
 Imported during the book build (``LINATTN_BOOK_BUILD``), this package makes :func:`use_static_renderer`'s
 renderer plotly's default: every chapter that shows a figure imports it (directly, or through
-:mod:`~linattn_core.tools.widgets` or :mod:`~linattn_core.tools.timing`) before the figure is shown.
+:mod:`~linattn_core.tools.widgets`) before the figure is shown.
 """
 
 from __future__ import annotations
 
+from ..style import HIGHLIGHT, MASK_GREY, OKABE_ITO, PALETTE, SIG_DIGITS, legend_below, log_axis, sig_round
 from ..timing.cost import cost_curves as cost_model
 from ..timing.cost import decode_memory as decode_memory_model
 from .beyond import decay_figure, decay_twin
@@ -60,7 +61,6 @@ from .data import (
 from .feature_maps import feature_map_comparison, feature_map_twin, performer_error_figure, performer_twin
 from .site import BOOK_RENDERER, figure_html, figure_nbytes, glue, is_book_build, use_static_renderer
 from .softmax import attention_heatmap
-from .style import HIGHLIGHT, MASK_GREY, OKABE_ITO, PALETTE, SIG_DIGITS, legend_below, log_axis, sig_round
 from .tradeoffs import cost_figure, cost_twin
 
 __all__ = [

@@ -8,9 +8,9 @@ from typing import Any
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from ..style import OKABE_ITO, SIG_DIGITS, finish, json_list, matrix_axes, row_outline
 from .controls import arrange, frame_slider, frames_for
 from .matrix import attention_trace, future_trace, mask_future
-from .style import OKABE_ITO, SIG_DIGITS, finish, json_list, matrix_axes, row_outline
 
 
 def _decay_title(g: float, mass: float, recent: int) -> str:

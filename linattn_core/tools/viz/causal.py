@@ -10,10 +10,7 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from .controls import arrange, control_label, frame_slider, frames_for, menu
-from .data import chunk_layout
-from .matrix import future_trace, mask_future, score_trace
-from .style import (
+from ..style import (
     MASK_GREY,
     OKABE_ITO,
     SIG_DIGITS,
@@ -24,6 +21,9 @@ from .style import (
     row_outline,
     sym_range,
 )
+from .controls import arrange, control_label, frame_slider, frames_for, menu
+from .data import chunk_layout
+from .matrix import future_trace, mask_future, score_trace
 
 
 def kernel_matrix_figure(scores: Any, *, causal: bool = True, highlight_row: int | None = None,

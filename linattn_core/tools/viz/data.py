@@ -12,8 +12,8 @@ from typing import Any
 
 import numpy as np
 
+from ..style import as_float
 from ..timing.cost import check_sizes
-from .style import as_float
 
 
 def resolve_feature_map(feature_map: Any, *, d: int, seed: int = 0, num_features: int | None = None,

@@ -10,10 +10,10 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from ..style import OKABE_ITO, SIG_DIGITS, finish, json_list, log_axis, matrix_axes, sym_range
 from .controls import arrange, control_label, frame_slider, frames_for, menu, visible_groups
 from .data import PERFORMER_VARIANTS, variant_label
 from .matrix import attention_trace
-from .style import OKABE_ITO, SIG_DIGITS, finish, json_list, log_axis, matrix_axes, sym_range
 
 
 def _perf_style(kind: str, orth: bool) -> dict:

@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 import plotly.graph_objects as go
 
-from .style import MASK_GREY, json_list, sym_range
+from ..style import MASK_GREY, json_list, sym_range
 
 
 def attention_trace(weights: np.ndarray, *, colorscale: str = "Viridis", zmin: float | None = 0.0,

@@ -6,8 +6,8 @@ from typing import Any
 
 import plotly.graph_objects as go
 
+from ..style import as_float, finish, matrix_axes
 from .matrix import attention_trace, future_trace, mask_future
-from .style import as_float, finish, matrix_axes
 
 
 def attention_heatmap(weights: Any, *, title: str | None = "Attention weights A", colorscale: str = "Viridis",

@@ -15,9 +15,9 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from ..style import PALETTE, SIG_DIGITS, finish, json_list, log_axis
 from ..timing.cost import cost_curves, decode_memory
 from .controls import arrange, control_label, frame_slider, frames_for, menu, visible_groups
-from .style import PALETTE, SIG_DIGITS, finish, json_list, log_axis
 
 #: Legend names of the two forms the explorer compares (the quadratic one is softmax attention).
 QUADRATIC_NAME, LINEAR_NAME = "softmax (N×N scores)", "linear (state S, z)"

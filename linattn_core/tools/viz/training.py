@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import plotly.graph_objects as go
 
-from .style import finish, legend_below, log_axis
+from ..style import finish, legend_below, log_axis
 
 __all__ = ["LAYER_STYLE", "contrast_figure", "lr_sweep_figure", "recall_capacity_figure",
            "recall_state_figure", "seed_curves_figure", "style_of"]

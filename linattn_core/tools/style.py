@@ -1,7 +1,8 @@
 """House style of the book's figures: palette, template, axis and legend helpers, array conversion.
 
-Everything a figure builder of any chapter (and :mod:`linattn_core.tools.timing`'s plots) shares lives here,
-under public names, so that no module reaches into another's private helpers.
+Everything a figure builder shares lives here, under public names, so that no module reaches into
+another's private helpers: the chapters' figures (:mod:`linattn_core.tools.viz`) and the timing plots
+(:mod:`linattn_core.tools.timing.plots`) both build on it, and it imports neither.
 
 Conventions: colour-blind-safe colours (:data:`PALETTE` for series, viridis / cividis for magnitudes,
 RdBu centred on zero for signed values), axis titles with units, Unicode instead of LaTeX in titles
