@@ -55,6 +55,7 @@ typedef struct {
     float *A;    /* (Cp, Cp): the masked scores */
     float *Vp;   /* (Cp, dvp): V_c with zero padding, when d_v is not a multiple of the vector length */
     float *rden; /* (Cp): 1 / max(den, eps) */
+    int stream;  /* the non-causal read writes its output with non-temporal stores */
 } Work;
 
 /* One call of the delta rule (_delta.h): q, k: (nb, n, d) unit-row features, v: (nb, n, dv), beta: (nb, n);
@@ -99,6 +100,10 @@ typedef struct {
 enum { FULL = 0, LOWER = 1, UPPER = 2 };
 
 #define MAX_THREADS 64
+
+/* The non-causal form writes an output of at least this many floats (16 MiB) past the cache (Work.stream):
+ * more than the cache would keep for the next reader, and a line written whole need not be read first. */
+#define NONCAUSAL_STREAM_FLOATS (4L << 20)
 
 #define STR_(x) #x
 #define STR(x) STR_(x)
@@ -289,8 +294,10 @@ static void forward(const Problem *p, const Kernel *kern, const Plan *pl, float 
 
 /* --- the non-causal form ----------------------------------------------------------------------- */
 
-/* Tokens per chunk of the non-causal form: the rows its features are computed for at a time. */
-#define NONCAUSAL_C 64
+/* Tokens per chunk of the non-causal form: the rows its features are computed for at a time (32: the
+ * chunk's features and values stay in the first-level cache beside the state, and the next chunk's
+ * inputs, asked for while this one multiplies, arrive in time; measured faster than 64 at N = 16,384). */
+#define NONCAUSAL_C 32
 
 /* How a non-causal call is split. With at least as many sequences as threads, one pass whose items are
  * whole sequences (the state of all keys, then every query). With fewer, two passes: Pk segments of

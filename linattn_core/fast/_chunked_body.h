@@ -44,6 +44,17 @@ static Work FN(layout)(const Problem *p)
 INLINE vf FN(load)(const float *p) { vf x; memcpy(&x, p, sizeof x); return x; }
 INLINE void FN(store)(float *p, vf x) { memcpy(p, &x, sizeof x); }
 
+/* A non-temporal store of one vector to an address aligned to its size: the line is written whole,
+ * without being read into the cache first, and is not kept there. */
+INLINE void FN(stream)(float *p, vf x)
+{
+#if VL == 16
+    __builtin_ia32_movntps512(p, x);
+#else
+    __builtin_ia32_movntps256(p, x);
+#endif
+}
+
 INLINE vf FN(splat)(float a)
 {
     vf x = {a};
@@ -61,10 +72,10 @@ INLINE float FN(hsum)(vf x)
     return s;
 }
 
-/* exp(x) for x <= 0 (what elu+1 needs), to about 2 ulp; below -87 it returns exp(-87) ~ 1.6e-38, the
+/* exp(x) for x <= 0 (what elu+1 needs), to about 1.5 ulp; below -87 it returns exp(-87) ~ 1.6e-38, the
  * smallest normal range, so a feature never underflows to zero. Cephes' expf: x = n ln2 + r with
- * |r| <= ln2/2 (ln2 split in two so that n ln2 is exact), exp(r) by a degree-7 polynomial, 2^n from
- * the exponent bits. */
+ * |r| <= ln2/2 (ln2 split in two so that n ln2 is exact), exp(r) by its degree-7 polynomial (as one
+ * Horner chain of FMAs), 2^n from the exponent bits, or with AVX-512 by one vscalefps. */
 INLINE vf FN(exp_nonpos)(vf x)
 {
     x = FN(vmax)(x, FN(splat)(-87.0f));
@@ -77,9 +88,14 @@ INLINE vf FN(exp_nonpos)(vf x)
     p = p * r + 4.1665795894e-2f;
     p = p * r + 1.6666665459e-1f;
     p = p * r + 5.0000001201e-1f;
-    p = p * r * r + r + 1.0f;
+    p = p * r + 1.0f;
+    p = p * r + 1.0f;
+#if VL == 16
+    return __builtin_ia32_scalefps512_mask(p, n, p, (unsigned short)-1, 4);  /* p 2^n; 4: the current rounding */
+#else
     vi bits = (__builtin_convertvector(n, vi) + 127) << 23;    /* 2^n, n >= -126: a normal number */
     return p * (vf)bits;
+#endif
 }
 
 /* phi on one vector of inputs (see PHI_* in _chunked.c). elu+1 is exp(min(x, 0)) + max(x, 0). */
@@ -414,19 +430,46 @@ INLINE float FN(hsum_tree)(vf x)
     return x[0];
 }
 
+/* The feature map as a constant inside the loops below (phi_rows is one loop per map, not one branch per
+ * vector). */
+#define PHI_SWITCH(phi, CALL) \
+    switch (phi) { case PHI_RELU: CALL(PHI_RELU); break; case PHI_ELU1: CALL(PHI_ELU1); break; \
+                   default: CALL(PHI_IDENTITY); }
+
 /* Fk = phi(K_c) as L rows of d (in the buffer Fq, which the read fills only after the keys), z +=
- * colsum Fk. Rows L..(L rounded up to 4) are not read: the state's products stop at t = L. */
+ * colsum Fk: one column of vectors at a time, its sum kept in a register over the L rows. Whole
+ * vectors are stored as they are; only a last partial one (d not a multiple of VL) is copied lane
+ * by lane, as phi(0) may not be 0 in the lanes past d. Rows L..(L rounded up to 4) are not read:
+ * the state's products stop at t = L. */
+INLINE void FN(key_rows_phi)(Work *w, const float *K, long L, float *z, const int phi)
+{
+    long d = w->d, kk = 0;
+    for (; kk + VL <= d; kk += VL) {
+        vf s = FN(load)(z + kk);
+        for (long t = 0; t < L; t++) {
+            vf f = FN(phi)(FN(load)(K + t * d + kk), phi);
+            FN(store)(w->Fq + t * d + kk, f);
+            s += f;
+        }
+        FN(store)(z + kk, s);
+    }
+    if (kk < d) {
+        long m = d - kk;
+        vf s = FN(splat)(0.0f);
+        for (long t = 0; t < L; t++) {
+            vf f = FN(phi_at)(K + t * d, kk, d, phi);
+            memcpy(w->Fq + t * d + kk, &f, (size_t)m * sizeof(float));
+            s += f;
+        }
+        for (long l = 0; l < m; l++) z[kk + l] += s[l];
+    }
+}
+
 static void FN(key_rows)(Work *w, const float *K, long L, float *z)
 {
-    long d = w->d;
-    for (long t = 0; t < L; t++)
-        for (long kk = 0; kk < d; kk += VL) {
-            vf f = FN(phi_at)(K + t * d, kk, d, w->phi);
-            long m = d - kk < VL ? d - kk : VL;  /* only the lanes below d: phi(0) may not be 0 */
-            memcpy(w->Fq + t * d + kk, &f, (size_t)m * sizeof(float));
-            if (m == VL) FN(store)(z + kk, FN(load)(z + kk) + f);
-            else for (long l = 0; l < m; l++) z[kk + l] += f[l];
-        }
+#define CALL(f) FN(key_rows_phi)(w, K, L, z, f)
+    PHI_SWITCH(w->phi, CALL)
+#undef CALL
 }
 
 /* S rows i0..i0+3, columns j0..: S += Fk^T V_c. */
@@ -440,38 +483,57 @@ INLINE void FN(key_tile)(Work *w, const int nv, long i0, long j0, long L, float 
         for (int j = 0; j < nv; j++) FN(store)(S + (i0 + r) * w->dvp + j0 + j * VL, acc[r][j]);
 }
 
+/* Asks the cache for slice i of `of` of the floats [x, x + n): the next chunk's inputs, a slice with
+ * each row tile of the current chunk's product, so that they come from memory while it multiplies
+ * and not after (the second level of cache: the first holds the operands of the product). */
+INLINE void FN(prefetch_slice)(const float *x, long n, long i, long of)
+{
+    long lines = (n + 15) / 16, per = (lines + of - 1) / of, end = (i + 1) * per < lines ? (i + 1) * per : lines;
+    for (long l = i * per; l < end; l++) __builtin_prefetch(x + l * 16, 0, 2);
+}
+
 /* Keys [0, n) of one sequence into the state: K: (n, d), V: (n, d_v) rows. The last row tile of S may
  * reach past d (to dp): it reads Fk's next numbers, and its rows of S are never read. */
 static void FN(keys)(Work *w, const float *K, const float *V, long n, float *S, float *z)
 {
-    long nvec = w->dvp / VL;
+    long nvec = w->dvp / VL, tiles = (w->d + 3) / 4;
     for (long c0 = 0; c0 < n; c0 += w->C) {
         long L = n - c0 < w->C ? n - c0 : w->C, ldv;
+        long c1 = c0 + L, next = n - c1 < w->C ? n - c1 : w->C;  /* the next chunk: tokens [c1, c1 + next) */
         FN(key_rows)(w, K + c0 * w->d, L, z);
         const float *Vc = FN(values)(w, V + c0 * w->dv, L, &ldv);
-        for (long i0 = 0; i0 < w->d; i0 += 4)
+        for (long i0 = 0; i0 < w->d; i0 += 4) {
+            FN(prefetch_slice)(K + c1 * w->d, next * w->d, i0 / 4, tiles);
+            FN(prefetch_slice)(V + c1 * w->dv, next * w->dv, i0 / 4, tiles);
             for (long p = 0; p < nvec; p += NV_MAX) {
                 int nv = (int)(nvec - p < NV_MAX ? nvec - p : NV_MAX);
 #define CALL(nn) FN(key_tile)(w, nn, i0, p * VL, L, S, Vc, ldv)
                 NV_SWITCH(nv, CALL)
 #undef CALL
             }
+        }
     }
 }
 
-/* Fq = phi(Q_c), L rows of d, with den = Fq z and 1 / max(den, eps) taken from the same registers. */
-static void FN(query_rows)(Work *w, const float *Q, long L, const float *z, float *den)
+/* Fq = phi(Q_c), L rows of d, with den = Fq z and 1 / max(den, eps) taken from the same registers.
+ * z is zero past d (the state's padding), so the lanes a last partial vector holds past d drop out
+ * of den; Fq keeps only the lanes below d. Rows L..(L rounded up to 4) are zeroed: a tile of 4 rows
+ * reads them. */
+INLINE void FN(query_rows_phi)(Work *w, const float *Q, long L, const float *z, float *den, const int phi)
 {
     long d = w->d;
     for (long t = 0; t < L; t++) {
         vf s = FN(splat)(0.0f);
-        for (long kk = 0; kk < d; kk += VL) {
-            vf f = FN(phi_at)(Q + t * d, kk, d, w->phi);
-            long m = d - kk < VL ? d - kk : VL;
-            memcpy(w->Fq + t * d + kk, &f, (size_t)m * sizeof(float));
-            vf zv = FN(splat)(0.0f);
-            memcpy(&zv, z + kk, (size_t)m * sizeof(float));  /* zero past d: the padded lanes drop out */
-            s += f * zv;
+        long kk = 0;
+        for (; kk + VL <= d; kk += VL) {
+            vf f = FN(phi)(FN(load)(Q + t * d + kk), phi);
+            FN(store)(w->Fq + t * d + kk, f);
+            s += f * FN(load)(z + kk);
+        }
+        if (kk < d) {
+            vf f = FN(phi_at)(Q + t * d, kk, d, phi);
+            memcpy(w->Fq + t * d + kk, &f, (size_t)(d - kk) * sizeof(float));
+            s += f * FN(load)(z + kk);
         }
         float dn = FN(hsum_tree)(s);
         den[t] = dn;
@@ -481,7 +543,16 @@ static void FN(query_rows)(Work *w, const float *Q, long L, const float *z, floa
     if (L < rows) memset(w->Fq + L * d, 0, (size_t)((rows - L) * d) * sizeof(float));
 }
 
-/* out rows i0..i0+3, columns j0..: Fq S / max(den, eps), written to the output. */
+static void FN(query_rows)(Work *w, const float *Q, long L, const float *z, float *den)
+{
+#define CALL(f) FN(query_rows_phi)(w, Q, L, z, den, f)
+    PHI_SWITCH(w->phi, CALL)
+#undef CALL
+}
+
+/* out rows i0..i0+3, columns j0..: Fq S / max(den, eps), written to the output; with w->stream, by
+ * non-temporal stores (whole aligned vectors, see noncausal_item), which write a line without first
+ * reading it into the cache. */
 INLINE void FN(read_tile)(Work *w, const int nv, long i0, long j0, long L, const float *S, float *out)
 {
     vf acc[4][NV_MAX];
@@ -493,7 +564,8 @@ INLINE void FN(read_tile)(Work *w, const int nv, long i0, long j0, long L, const
         for (int j = 0; j < nv; j++) {
             long col = j0 + j * VL;
             vf y = acc[r][j] * scale;
-            if (col + VL <= w->dv) FN(store)(row + col, y);
+            if (w->stream) FN(stream)(row + col, y);
+            else if (col + VL <= w->dv) FN(store)(row + col, y);
             else if (col < w->dv) memcpy(row + col, &y, (size_t)(w->dv - col) * sizeof(float));
         }
     }
@@ -504,15 +576,17 @@ static void FN(queries)(Work *w, const float *Q, long n, const float *S, const f
 {
     long nvec = w->dvp / VL;
     for (long c0 = 0; c0 < n; c0 += w->C) {
-        long L = n - c0 < w->C ? n - c0 : w->C;
+        long L = n - c0 < w->C ? n - c0 : w->C, c1 = c0 + L, next = n - c1 < w->C ? n - c1 : w->C;
         FN(query_rows)(w, Q + c0 * w->d, L, z, den + c0);
-        for (long i0 = 0; i0 < L; i0 += 4)
+        for (long i0 = 0; i0 < L; i0 += 4) {
+            FN(prefetch_slice)(Q + c1 * w->d, next * w->d, i0 / 4, (L + 3) / 4);
             for (long p = 0; p < nvec; p += NV_MAX) {
                 int nv = (int)(nvec - p < NV_MAX ? nvec - p : NV_MAX);
 #define CALL(nn) FN(read_tile)(w, nn, i0, p * VL, L, S, out + c0 * w->dv)
                 NV_SWITCH(nv, CALL)
 #undef CALL
             }
+        }
     }
 }
 
@@ -529,14 +603,20 @@ static void FN(noncausal_item)(const Problem *p, float *mem, int pass, long b, l
         FN(keys)(w, K, V, k1 - k0, S, z);
     }
     if (pass != 1) {
+        /* a large output is streamed past the cache (w->stream, see read_tile): whole rows of vectors,
+         * aligned to a vector, and more of them than the cache would keep for whoever reads them next */
+        w->stream = p->dv % VL == 0 && (uintptr_t)p->out % (VL * sizeof(float)) == 0 &&
+                    p->nb * p->nq * p->dv >= NONCAUSAL_STREAM_FLOATS;
         long q0 = pass == 2 ? t0 : 0, q1 = pass == 2 ? t1 : p->nq;
         const float *Q = p->q + (b * p->nq + q0) * p->d;
         FN(queries)(w, Q, q1 - q0, S, z, p->out + (b * p->nq + q0) * p->dv, p->den + b * p->nq + q0);
+        if (w->stream) __builtin_ia32_sfence();  /* the streamed stores done before the item is */
     }
 }
 
 /* The Kernel table of this instruction set is at the end of _chunked_back.h. */
 
+#undef PHI_SWITCH
 #undef vf
 #undef vi
 #undef INLINE

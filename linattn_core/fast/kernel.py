@@ -196,7 +196,10 @@ def noncausal(Q: Any, K: Any, V: Any, phi: FeatureMap, eps: float, out: Any, den
     ``S = phi(K)^T V``, ``z = colsum phi(K)`` of each sequence, then ``out = phi(Q) S / max(phi(Q) z, eps)``.
 
     Q: (B, N_q, d), K: (B, N_k, d), V: (B, N_k, d_v), out: (B, N_q, d_v), den: (B, N_q); contiguous CPU
-    float32 tensors. ``threads`` and ``isa`` as for :func:`chunked`; checked here.
+    float32 tensors. ``threads`` and ``isa`` as for :func:`chunked`; checked here. Chunks of 32 tokens: the
+    features of a chunk are computed once into a buffer that stays in cache (``z`` summed, and ``phi(q) . z``
+    taken, while they are in registers), the products read them there while the next chunk's inputs are
+    fetched; an output of 16 MiB or more is written past the cache (non-temporal stores).
     """
     tensors = {"Q": Q, "K": K, "V": V, "out": out, "den": den}
     n_k = int(K.shape[1]) if ops.is_torch(K) and K.ndim == 3 else None  # else _checked says what is wrong
