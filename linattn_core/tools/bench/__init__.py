@@ -30,7 +30,9 @@ The parts, one module each: :mod:`.suite` (the forward sweep and the whole run),
 (one training step of the whole language model per attention layer, against softmax's), :mod:`.models`
 (the whole model against context: training and generation tokens/s per layer from 128 to 8,192 tokens
 and the context where each linear layer overtakes softmax; ``python -m linattn_core.tools.bench.models``
-alone), :mod:`.targets` (what is reported and how).
+alone), :mod:`.noncausal` (the non-causal kernel, the causal kernel and a matmul of the same FLOPs in one
+interleaved pass: the forward part runs it at 16,384 for the fraction-of-matmul target;
+``python -m linattn_core.tools.bench.noncausal`` alone), :mod:`.targets` (what is reported and how).
 
 FLOPs come from the one cost model, :func:`linattn_core.tools.timing.flops`. The chunked rows count the
 masked intra-chunk products in full, ``4 N d d_v + 2 N C (d + d_v)`` per batch-head, so that every

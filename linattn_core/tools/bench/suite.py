@@ -9,12 +9,15 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .. import timing as T
 from . import decode as bench_decode
 from . import train as bench_train
 from .targets import Target, find, format_targets, judged, ratio_target
+
+if TYPE_CHECKING:  # imported where it runs, so that python -m linattn_core.tools.bench.noncausal does not
+    from . import noncausal as bench_noncausal  # find its module already imported
 
 __all__ = ["Config", "evaluate_targets", "main", "run"]
 
@@ -81,10 +84,12 @@ NONCAUSAL_FRACTION = (16384, 0.60)
 
 
 def noncausal_targets(records: Sequence[T.Record], matmul_gflops: float,
-                      lengths: Sequence[int]) -> list[Target]:
+                      lengths: Sequence[int], same_pass: Sequence[bench_noncausal.Pass] = ()) -> list[Target]:
     """The non-causal form (``linear``) at most as slow as the causal chunked form, timed in the same
     interleaved pass on the same inputs, at every length from :data:`NONCAUSAL_FROM_N`; and at
-    ``NONCAUSAL_FRACTION`` of the matmul rate (FLOPs ``4 N d d_v`` per batch-head)."""
+    ``NONCAUSAL_FRACTION`` of the matmul rate (FLOPs ``4 N d d_v`` per batch-head): of a matmul of the
+    same FLOPs timed in the same pass as the kernel where ``same_pass`` holds that length
+    (:mod:`.noncausal`), else of the rate measured before and after the sweep."""
     out = []
     for N in (n for n in lengths if n >= NONCAUSAL_FROM_N):
         nc, c = find(records, "linear", False, N), find(records, "chunked", True, N)
@@ -95,12 +100,17 @@ def noncausal_targets(records: Sequence[T.Record], matmul_gflops: float,
         ratio = nc.median_s / c.median_s
         out.append(judged(Target(name, "<= 1x", ratio, ratio <= 1.0), nc, c))
     N, at_least = NONCAUSAL_FRACTION
-    out.append(_fraction(records, matmul_gflops, N, at_least, "linear", False))
+    if any(p.N == N for p in same_pass):
+        from . import noncausal as bench_noncausal
+
+        out.append(bench_noncausal.targets([p for p in same_pass if p.N == N])[-1])
+    else:
+        out.append(_fraction(records, matmul_gflops, N, at_least, "linear", False))
     return out
 
 
 def evaluate_targets(records: Sequence[T.Record], matmul_gflops: float, *, lengths: Sequence[int],
-                     itemsize: int = 4) -> list[Target]:
+                     itemsize: int = 4, same_pass: Sequence[bench_noncausal.Pass] = ()) -> list[Target]:
     """The targets of the benchmark, computed from the records (N/A where a measurement is missing).
 
     - causal ``auto`` vs causal SDPA at 16384 (>= 10x) and 65536 (>= 20x);
@@ -108,7 +118,8 @@ def evaluate_targets(records: Sequence[T.Record], matmul_gflops: float, *, lengt
     - ``chunked`` at >= 40% of the matmul rate at 4096 and 16384, >= 25% at 65536
       (chunked FLOPs: ``4 N d d_v + 2 N C (d + d_v)`` per batch-head);
     - non-causal ``linear`` at most as slow as causal ``chunked`` (same inputs, same interleaved pass) at
-      every length from 1024, and at >= 60% of the matmul rate at 16384 (:func:`noncausal_targets`);
+      every length from 1024, and at >= 60% of the matmul rate at 16384 (:func:`noncausal_targets`; the
+      kernel against a matmul of the same FLOPs in one pass where ``same_pass`` has that length);
     - ``auto`` within 1.25x of the fastest causal linear form (recurrent, cumsum, chunked) at every N;
     - peak memory of causal ``auto`` at 65536, inputs included, at most 8x the bytes of q, k, v and the
       output.
@@ -125,7 +136,7 @@ def evaluate_targets(records: Sequence[T.Record], matmul_gflops: float, *, lengt
         _fraction(records, matmul_gflops, 4096, 0.40),
         _fraction(records, matmul_gflops, 16384, 0.40),
         _fraction(records, matmul_gflops, 65536, 0.25),
-        *noncausal_targets(records, matmul_gflops, lengths),
+        *noncausal_targets(records, matmul_gflops, lengths, same_pass),
     ]
     for N in lengths:
         auto = find(records, "auto", True, N)
@@ -282,6 +293,14 @@ def run(config: Config, *, device: Any = None, progress: bool | None = None,
                           min_run_time=config.min_run_time, min_repeats=config.repeats,
                           max_run_time=config.max_run_time, max_call_s=config.max_call_s,
                           budget_s=config.budget_s, progress=progress) if "forward" in parts else []
+        # the non-causal kernel against a matmul of the same FLOPs, in one interleaved pass (bench_noncausal)
+        from . import noncausal as bench_noncausal
+
+        same_pass = []
+        if "forward" in parts and NONCAUSAL_FRACTION[0] in config.lengths and "compiled" in kernel:
+            same_pass.append(bench_noncausal.measure(NONCAUSAL_FRACTION[0], batch_heads=config.batch_heads,
+                                                     d=config.d, d_v=config.d_v, threads=config.threads,
+                                                     repeats=config.repeats))
         # training: forward + backward (sdpa_train, chunked_train, chunked_train_autograd; see bench_train)
         train_checks, train = {}, []
         if "training" in parts:
@@ -318,7 +337,8 @@ def run(config: Config, *, device: Any = None, progress: bool | None = None,
     itemsize = 2 if config.dtype in ("float16", "bfloat16") else (8 if config.dtype == "float64" else 4)
     targets = []
     if "forward" in parts:
-        targets += evaluate_targets(records, matmul_gflops, lengths=config.lengths, itemsize=itemsize)
+        targets += evaluate_targets(records, matmul_gflops, lengths=config.lengths, itemsize=itemsize,
+                                    same_pass=same_pass)
     if "training" in parts:
         targets += bench_train.train_targets(train, train_checks, itemsize=itemsize)
     if "decoding" in parts:
@@ -331,6 +351,13 @@ def run(config: Config, *, device: Any = None, progress: bool | None = None,
         say("\nNon-causal against causal on the same inputs, timed in the same interleaved pass (median "
             "[quartiles]; the fraction of the matmul rate counts 4 N d d_v per batch-head):")
         say(format_noncausal(records, matmul_gflops))
+    if same_pass:
+        from . import noncausal as bench_noncausal
+
+        say("\nThe non-causal kernel, the same call through linear_attention (its output allocated afresh), "
+            "the causal kernel and a matmul of the same FLOPs, interleaved (python -m "
+            "linattn_core.tools.bench.noncausal; the fractions taken round by round):")
+        say(bench_noncausal.format_passes(same_pass))
     if train:
         say("\nTraining, forward + backward (FLOPs counted as 3 forwards; gradients checked in float64, "
             "N=67: " + ", ".join(f"{k} {e:.1e}" for k, e in train_checks.items()) + ")")
@@ -368,6 +395,7 @@ def run(config: Config, *, device: Any = None, progress: bool | None = None,
         "chunked_kernel": kernel,
         "config": {k: getattr(config, k) for k in config.__dataclass_fields__},
         "checks": checks,
+        "noncausal_same_pass": [p.to_dict() for p in same_pass],
         "results": [r.to_dict(meta=False) for r in records],
         "training": {"checks": train_checks, "results": [r.to_dict(meta=False) for r in train]},
         "decode": decoding,
