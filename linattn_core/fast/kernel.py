@@ -5,7 +5,8 @@ without autograd and with the feature map ``identity``, ``relu`` or ``elu+1`` (o
 beforehand, as for Performer and cosFormer), runs the fused kernel of ``_chunked.c``: the chunkwise
 form of :func:`linattn_core.linear.causal_chunked`, done one chunk at a time in the core's cache, in
 one pass over q, k and v. Everything else, and every machine where the kernel was not built, uses
-the torch forms (:mod:`.torch_cpu`, or the references in ``linear.py``); all are tested against the
+the torch forms (:mod:`.blocked` causal, :mod:`.torch_cpu` non-causal, or the references in
+``linear.py``); all are tested against the
 same float64 references. :mod:`linattn_core.fast.kernel` is this module's public face.
 
 Its backward pass (``_chunked_back.h``, :func:`chunked_backward`) gives the gradients of the same
