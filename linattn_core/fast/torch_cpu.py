@@ -41,26 +41,60 @@ def _buffers(like: Any, **shapes: tuple[int, ...]) -> dict[str, Any]:
 
 def noncausal(Q: Any, K: Any, V: Any, phi: Any, eps: float) -> tuple[Any, Any]:
     """Q: (B, N_q, d), K: (B, N_k, d), V: (B, N_k, d_v) -> out (B, N_q, d_v), den (B, N_q)."""
-    torch = ops.torch_module()
     nb, n_q, n_k, d = (int(s) for s in (*Q.shape[:2], K.shape[1], Q.shape[2]))
     d_v, f = int(V.shape[-1]), phi.output_dim(d)
     out, den = _results(nb, n_q, d_v, V)
     L = _BLOCK_TOKENS
-    bufs = _buffers(V, S=(f, d_v), z=(f,), feats=(L, f), tmp=(L, d))
-    S, z, feats, tmp = bufs["S"], bufs["z"], bufs["feats"], bufs["tmp"]
-    for b in range(nb):
-        S.zero_()
-        z.zero_()
-        for s in range(0, n_k, L):  # S = phi(K)^T V, z = sum_j phi(k_j), a block of keys at a time
-            e = min(s + L, n_k)
-            fk = into(phi, K[b, s:e], feats[: e - s], tmp[: e - s])  # (L, f)
-            S.addmm_(fk.T, V[b, s:e])
-            z.add_(fk.sum(0))
-        for s in range(0, n_q, L):  # then every block of queries
-            e = min(s + L, n_q)
-            fq = into(phi, Q[b, s:e], feats[: e - s], tmp[: e - s])
-            o, dn = out[b, s:e], den[b, s:e]
-            torch.mm(fq, S, out=o)  # phi(q_i)^T S
-            torch.mv(fq, z, out=dn)  # phi(q_i) . z
-            o.mul_(dn.clamp_min(eps).reciprocal_()[:, None])
+    G = max(1, L // max(n_q, n_k))  # short sequences go G at a time, as one batched product
+    bufs = _buffers(V, S=(G, f, d_v), z=(G, f), feats=(L * f,), tmp=(L * d,))
+    if G == 1:
+        for b in range(nb):
+            _one_sequence(Q[b], K[b], V[b], phi, eps, out[b], den[b], bufs, L)
+        return out, den
+    for b in range(0, nb, G):
+        e = min(b + G, nb)
+        _short_sequences(Q[b:e], K[b:e], V[b:e], phi, eps, out[b:e], den[b:e], bufs)
     return out, den
+
+
+def _one_sequence(Q: Any, K: Any, V: Any, phi: Any, eps: float, out: Any, den: Any, bufs: dict,
+                  L: int) -> None:
+    """One long sequence, a block of L tokens at a time. Q: (N_q, d), K: (N_k, d), V: (N_k, d_v)."""
+    torch = ops.torch_module()
+    n_q, n_k, d = int(Q.shape[0]), int(K.shape[0]), int(Q.shape[1])
+    S, z = bufs["S"][0], bufs["z"][0]  # (f, d_v), (f,)
+    feats, tmp = bufs["feats"].view(L, -1), bufs["tmp"].view(L, d)
+    S.zero_()
+    z.zero_()
+    for s in range(0, n_k, L):  # S = phi(K)^T V, z = sum_j phi(k_j), a block of keys at a time
+        e = min(s + L, n_k)
+        fk = into(phi, K[s:e], feats[: e - s], tmp[: e - s])  # (L, f)
+        S.addmm_(fk.T, V[s:e])
+        z.add_(fk.sum(0))
+    for s in range(0, n_q, L):  # then every block of queries
+        e = min(s + L, n_q)
+        fq = into(phi, Q[s:e], feats[: e - s], tmp[: e - s])
+        o, dn = out[s:e], den[s:e]
+        torch.mm(fq, S, out=o)  # phi(q_i)^T S
+        torch.mv(fq, z, out=dn)  # phi(q_i) . z
+        o.mul_(dn.clamp_min(eps).reciprocal_()[:, None])
+
+
+def _short_sequences(Q: Any, K: Any, V: Any, phi: Any, eps: float, out: Any, den: Any, bufs: dict) -> None:
+    """g sequences that fit in one block together, each product batched over them.
+    Q: (g, N_q, d), K: (g, N_k, d), V: (g, N_k, d_v)."""
+    torch = ops.torch_module()
+    g, n_q, n_k, d = int(Q.shape[0]), int(Q.shape[1]), int(K.shape[1]), int(Q.shape[2])
+    S, z = bufs["S"][:g], bufs["z"][:g]  # (g, f, d_v), (g, f)
+    f = int(S.shape[1])
+
+    def features(x: Any, n: int) -> Any:  # (g, n, d) -> (g, n, f), into the shared buffers
+        return into(phi, x, bufs["feats"][: g * n * f].view(g, n, f), bufs["tmp"][: g * n * d].view(g, n, d))
+
+    fk = features(K, n_k)
+    torch.bmm(fk.transpose(1, 2), V, out=S)  # S = phi(K)^T V per sequence
+    torch.sum(fk, 1, out=z)  # z = sum_j phi(k_j)
+    fq = features(Q, n_q)
+    torch.bmm(fq, S, out=out)  # phi(q_i)^T S
+    torch.bmm(fq, z.unsqueeze(-1), out=den.unsqueeze(-1))  # phi(q_i) . z
+    out.mul_(den.clamp_min(eps).reciprocal_()[..., None])
