@@ -10,8 +10,7 @@ on small sizes. The speed tier's blocked engine, which the Function runs, is hel
 
 from __future__ import annotations
 
-import math
-
+import _causal_cases as cases
 import pytest
 from _tolerances import assert_close
 
@@ -20,30 +19,8 @@ torch = pytest.importorskip("torch")
 from linattn_core import fast, get_feature_map, kernel_attention, linear_attention, linear_grad  # noqa: E402
 from linattn_core.decay import decayed_kernel_attention, decayed_linear_attention  # noqa: E402
 
-F64 = torch.float64
+F64 = cases.F64
 ELU = get_feature_map("elu+1")
-
-
-def _inputs(lead, n, d=5, d_v=4, seed=0, dtype=F64):
-    gen = torch.Generator().manual_seed(seed)
-    q, k = (torch.randn(*lead, n, d, generator=gen, dtype=F64) for _ in range(2))
-    v = torch.randn(*lead, n, d_v, generator=gen, dtype=F64)
-    gates = 0.5 + 0.5 * torch.rand(*lead, n, generator=gen, dtype=F64)  # in (0.5, 1]
-    dout = torch.randn(*lead, n, d_v, generator=gen, dtype=F64)
-    return [x.to(dtype) for x in (q, k, v, gates, dout)]
-
-
-def _reference(q, k, v, fm, decay, gates, normalize):
-    if decay is None and normalize:
-        return kernel_attention(q, k, v, fm, causal=True)
-    g = 1.0 if decay is None else (0.8 if decay == "constant" else gates)
-    return decayed_kernel_attention(q, k, v, fm, decay=g, normalize=normalize)
-
-
-def _log_g(decay, gates):
-    if decay is None:
-        return None
-    return torch.full_like(gates, math.log(0.8)) if decay == "constant" else gates.log()
 
 
 def _function(q, k, v, phi, *, log_g=None, normalize=True, chunk_size=64):
@@ -58,13 +35,13 @@ def _function(q, k, v, phi, *, log_g=None, normalize=True, chunk_size=64):
 @pytest.mark.parametrize("decay", [None, "constant", "gated"])
 def test_the_recurrence_of_the_equations_equals_autograd_through_the_quadratic_form(n, normalize, decay):
     # causal_backward_recurrent takes the features: the reference differentiates with respect to them
-    q, k, v, gates, dout = _inputs((2, 3), n)
+    q, k, v, gates, dout = cases.inputs((2, 3), n)
     phi_q, phi_k = (ELU(x).detach().requires_grad_() for x in (q, k))
-    log_g = _log_g(decay, gates)
+    log_g = cases.log_g(decay, gates)
     log_g = None if log_g is None else log_g.requires_grad_()
     ins = [phi_q, phi_k, v.requires_grad_()] + ([log_g] if decay == "gated" else [])
     gates = None if log_g is None else log_g.exp()
-    expected = _reference(phi_q, phi_k, v, "identity", decay, gates, normalize)
+    expected = cases.reference(phi_q, phi_k, v, "identity", decay, gates, normalize)
     want = torch.autograd.grad(expected, ins, dout)
     got = linear_grad.causal_backward_recurrent(phi_q, phi_k, v, dout, log_g=log_g, normalize=normalize)
     assert (got[3] is None) == (decay is None)
@@ -77,11 +54,11 @@ def test_the_recurrence_of_the_equations_equals_autograd_through_the_quadratic_f
 def test_other_feature_maps(fm):
     # relu: some rows have den = 0 < eps, where the clamp is active and passes no gradient;
     # performer is not elementwise (its features enter whole, through ordinary autograd)
-    q, k, v, _, dout = _inputs((2,), 70, seed=1)
+    q, k, v, _, dout = cases.inputs((2,), 70, seed=1)
     q, k, v = (x.requires_grad_() for x in (q, k, v))
     normalize = fm != "identity"
     phi = linattn_feature(fm)
-    expected = _reference(q, k, v, phi, None, None, normalize)
+    expected = cases.reference(q, k, v, phi, None, None, normalize)
     out = _function(q, k, v, phi, normalize=normalize, chunk_size=16)
     assert_close(out, expected)
     for got, want in zip(torch.autograd.grad(out, (q, k, v), dout),
@@ -95,7 +72,7 @@ def linattn_feature(name):
 
 
 def test_relu_rows_with_an_active_clamp_are_covered():
-    q, *_ = _inputs((2,), 70, seed=1)
+    q, *_ = cases.inputs((2,), 70, seed=1)
     phi_q = torch.relu(q)
     assert bool((phi_q.sum(-1) == 0).any())  # the test above does meet den = 0 rows
 
@@ -103,28 +80,28 @@ def test_relu_rows_with_an_active_clamp_are_covered():
 @pytest.mark.parametrize("decay", [None, "gated"])
 @pytest.mark.parametrize("normalize", [True, False])
 def test_gradcheck(decay, normalize):
-    q, k, v, gates, _ = _inputs((2,), 7, d=3, d_v=2, seed=2)
+    q, k, v, gates, _ = cases.inputs((2,), 7, d=3, d_v=2, seed=2)
     q, k, v, gates = (x.requires_grad_() for x in (q, k, v, gates))
 
     def f(q, k, v, gates):
-        return _function(q, k, v, ELU, log_g=_log_g(decay, gates), normalize=normalize, chunk_size=3)
+        return _function(q, k, v, ELU, log_g=cases.log_g(decay, gates), normalize=normalize, chunk_size=3)
 
     assert torch.autograd.gradcheck(f, (q, k, v, gates))
 
 
 @pytest.mark.parametrize("decay", [None, "gated"])
 def test_gradgradcheck(decay):
-    q, k, v, gates, _ = _inputs((1,), 5, d=2, d_v=2, seed=3)
+    q, k, v, gates, _ = cases.inputs((1,), 5, d=2, d_v=2, seed=3)
     q, k, v, gates = (x.requires_grad_() for x in (q, k, v, gates))
 
     def f(q, k, v, gates):
-        return _function(q, k, v, ELU, log_g=_log_g(decay, gates), chunk_size=2)
+        return _function(q, k, v, ELU, log_g=cases.log_g(decay, gates), chunk_size=2)
 
     assert torch.autograd.gradgradcheck(f, (q, k, v, gates))
 
 
 def test_linear_attention_uses_it_when_an_input_needs_a_gradient():
-    q, k, v, _, dout = _inputs((2, 2), 65, seed=4)
+    q, k, v, _, dout = cases.inputs((2, 2), 65, seed=4)
     q.requires_grad_()
     expected = torch.autograd.grad(kernel_attention(q, k, v, causal=True), q, dout)[0]
     for method in ("auto", "chunked", "recurrent", "cumsum"):
@@ -143,7 +120,7 @@ def test_linear_attention_uses_it_when_an_input_needs_a_gradient():
 
 @pytest.mark.parametrize("normalize", [True, False])
 def test_decayed_linear_attention_uses_it(normalize):
-    q, k, v, gates, dout = _inputs((3,), 50, seed=5)
+    q, k, v, gates, dout = cases.inputs((3,), 50, seed=5)
     gates.requires_grad_()
     out = decayed_linear_attention(q, k, v, decay=gates, normalize=normalize, chunk_size=16)
     assert "CausalLinearAttention" in type(out.grad_fn).__name__
@@ -157,7 +134,7 @@ def test_decayed_linear_attention_uses_it(normalize):
 @pytest.mark.parametrize("normalize", [True, False])
 @pytest.mark.parametrize("gate", ["decay=1", "log_decay=0", "ones-per-token", "ones-learned"])
 def test_gates_of_one_train_through_the_plain_form_unless_they_are_learned(gate, normalize, monkeypatch):
-    q, k, v, gates, dout = _inputs((2, 3), 50, seed=6, dtype=torch.float32)
+    q, k, v, gates, dout = cases.inputs((2, 3), 50, seed=6, dtype=torch.float32)
     q.requires_grad_()
     ones = torch.ones_like(gates, requires_grad=gate == "ones-learned")
     kwargs = {"decay=1": {"decay": 1.0}, "log_decay=0": {"log_decay": 0.0}}.get(gate, {"decay": ones})
@@ -181,7 +158,7 @@ def test_gates_of_one_train_through_the_plain_form_unless_they_are_learned(gate,
 def test_strong_gates_train_like_the_reference(normalize, dtype):
     # gates of 0.05 to 0.2: over a chunk of 32, lam falls to about -70, past the factored form's range
     # in float32 (the direct form runs), within it in float64
-    q, k, v, _, dout = _inputs((2,), 70, seed=8)
+    q, k, v, _, dout = cases.inputs((2,), 70, seed=8)
     # the log-gates are the inputs: d/dg = (d/dlog g) / g would scale float32's rounding by 1/g
     log_g = (0.05 + 0.15 * torch.rand(2, 70, generator=torch.Generator().manual_seed(9), dtype=F64)).log()
     inputs = [x.to(dtype).requires_grad_() for x in (q, k, v, log_g)]
@@ -196,7 +173,7 @@ def test_strong_gates_train_like_the_reference(normalize, dtype):
 
 
 def test_forward_keeps_only_its_inputs():
-    q, k, v, _, _ = _inputs((2,), 100, seed=6)
+    q, k, v, _, _ = cases.inputs((2,), 100, seed=6)
     q, k, v = (x.requires_grad_() for x in (q, k, v))
     out = _function(q, k, v, ELU, chunk_size=16)
     saved = [t for t in out.grad_fn.saved_tensors if t is not None]
@@ -210,7 +187,7 @@ def _devices():
 @pytest.mark.parametrize("device", _devices())
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 def test_dtype_and_device_are_kept(dtype, device):
-    q, k, v, gates, dout = _inputs((2,), 70, seed=7)
+    q, k, v, gates, dout = cases.inputs((2,), 70, seed=7)
     expected_q = q.clone().requires_grad_()
     ref = kernel_attention(expected_q, k, v, causal=True)
     (want,) = torch.autograd.grad(ref, expected_q, dout)

@@ -11,45 +11,24 @@ from __future__ import annotations
 
 import math
 
+import _causal_cases as cases
 import pytest
 from _tolerances import assert_close
 
 torch = pytest.importorskip("torch")
 
-from linattn_core import fast, get_feature_map, kernel_attention, linear_grad  # noqa: E402
+from linattn_core import fast, get_feature_map, linear_grad  # noqa: E402
 from linattn_core.decay import decayed_kernel_attention  # noqa: E402
 from linattn_core.fast import blocked  # noqa: E402
 
-F64 = torch.float64
+F64 = cases.F64
 ELU = get_feature_map("elu+1")
-
-
-def _inputs(lead, n, d=5, d_v=4, seed=0):
-    gen = torch.Generator().manual_seed(seed)
-    q, k = (torch.randn(*lead, n, d, generator=gen, dtype=F64) for _ in range(2))
-    v = torch.randn(*lead, n, d_v, generator=gen, dtype=F64)
-    gates = 0.5 + 0.5 * torch.rand(*lead, n, generator=gen, dtype=F64)  # in (0.5, 1]
-    dout = torch.randn(*lead, n, d_v, generator=gen, dtype=F64)
-    return q, k, v, gates, dout
 
 
 def _weights(q, k, fm, decay, gates):
     """The causal (decayed) scores, (..., N, N): their row sums are the denominators."""
-    g = 1.0 if decay is None else (0.8 if decay == "constant" else gates)
-    return decayed_kernel_attention(q, k, q[..., :1], fm, decay=g, normalize=False, return_weights=True)[1]
-
-
-def _reference(q, k, v, fm, decay, gates, normalize):
-    if decay is None and normalize:
-        return kernel_attention(q, k, v, fm, causal=True)
-    g = 1.0 if decay is None else (0.8 if decay == "constant" else gates)
-    return decayed_kernel_attention(q, k, v, fm, decay=g, normalize=normalize)
-
-
-def _log_g(decay, gates):
-    if decay is None:
-        return None
-    return torch.full_like(gates, math.log(0.8)) if decay == "constant" else gates.log()
+    return decayed_kernel_attention(q, k, q[..., :1], fm, decay=cases.decay_of(decay, gates), normalize=False,
+                                    return_weights=True)[1]
 
 
 @pytest.fixture
@@ -85,9 +64,9 @@ def _splits():
 @pytest.mark.parametrize("normalize", [True, False])
 @pytest.mark.parametrize("decay", [None, "constant", "gated"])
 def test_forward_equals_the_quadratic_reference(n, C, normalize, decay, block_rows):
-    q, k, v, gates, _ = _inputs((2, 3), n)
-    out, den = blocked.forward(q, k, v, _log_g(decay, gates), ELU, 1e-6, C, normalize)
-    assert_close(out, _reference(q, k, v, "elu+1", decay, gates, normalize))
+    q, k, v, gates, _ = cases.inputs((2, 3), n)
+    out, den = blocked.forward(q, k, v, cases.log_g(decay, gates), ELU, 1e-6, C, normalize)
+    assert_close(out, cases.reference(q, k, v, "elu+1", decay, gates, normalize))
     if normalize:
         assert_close(den, _weights(q, k, "elu+1", decay, gates).sum(-1))
     else:
@@ -99,8 +78,8 @@ def test_forward_equals_the_quadratic_reference(n, C, normalize, decay, block_ro
 @pytest.mark.parametrize("decay", [None, "constant", "gated"])
 def test_backward_equals_the_recurrence_of_the_equations(n, C, normalize, decay, block_rows):
     # features given (phi None): the engine's gradients are those of the features, as the reference's
-    q, k, v, gates, dout = _inputs((2, 3), n, seed=1)
-    phi_q, phi_k, log_g = ELU(q), ELU(k), _log_g(decay, gates)
+    q, k, v, gates, dout = cases.inputs((2, 3), n, seed=1)
+    phi_q, phi_k, log_g = ELU(q), ELU(k), cases.log_g(decay, gates)
     got = blocked.backward(phi_q, phi_k, v, log_g, dout, None, 1e-6, C, normalize)
     want = linear_grad.causal_backward_recurrent(phi_q, phi_k, v, dout, log_g=log_g, normalize=normalize)
     for name, g, w in zip(("dphi_q", "dphi_k", "dv", "dlog_g"), got, want, strict=True):
@@ -115,12 +94,12 @@ def test_backward_equals_the_recurrence_of_the_equations(n, C, normalize, decay,
 def test_training_through_it_equals_autograd_through_the_reference(n, C, normalize, decay, block_rows):
     # the autograd Function with its float64 plan (the blocked engine both ways): phi applied a block at
     # a time, its derivative written out, the gates' gradient a suffix sum
-    q, k, v, gates, dout = _inputs((2, 3), n)
+    q, k, v, gates, dout = cases.inputs((2, 3), n)
     ins = [x.requires_grad_() for x in (q, k, v, gates)]
-    log_g = _log_g(decay, gates)
+    log_g = cases.log_g(decay, gates)
     plan = fast.which(q, k, v, ELU, causal=True, method="chunked", log_g=log_g, normalize=normalize)
     assert plan == fast.Plan("torch", True, "torch")
-    expected = _reference(q, k, v, "elu+1", decay, gates, normalize)
+    expected = cases.reference(q, k, v, "elu+1", decay, gates, normalize)
     out = linear_grad.causal_linear_attention(q, k, v, ELU, plan, log_g=log_g, normalize=normalize,
                                               chunk_size=C)
     assert_close(out, expected)
@@ -154,7 +133,7 @@ def test_decay_factors_come_from_c_exponentials_where_nothing_can_overflow(dtype
 
 def test_forward_results_are_tensors_of_their_own():
     # the forward writes block by block into its results: fresh tensors, never views of one another
-    q, k, v, _, _ = _inputs((2,), 70, seed=2)
+    q, k, v, _, _ = cases.inputs((2,), 70, seed=2)
     out, den = blocked.forward(q, k, v, None, ELU, 1e-6, 16, True)
     assert out.is_contiguous() and out.storage_offset() == 0 and den.storage_offset() == 0
     assert out.untyped_storage().data_ptr() != den.untyped_storage().data_ptr()
