@@ -3,6 +3,7 @@
     python scripts/stored_runs.py lm-epoch  [--workers 2] [--dry-run]   # one epoch: rates, seeds, contrasts
     python scripts/stored_runs.py mqar-sweep / mqar-seeds [--workers 2]  # recall against state size
     python scripts/stored_runs.py mqar-capacity [--workers 2]  # recall of 4, 8, 16 pairs at width 32
+    python scripts/stored_runs.py mqar-heads [--workers 2]  # recall against heads at fixed parameters
     python scripts/stored_runs.py lm-epoch mqar-sweep mqar-seeds mqar-capacity  # all, sweeps first
 
 Each job is one ``python -m linattn_core.train`` (or ``.mqar``) process on one thread, niced, writing
@@ -118,9 +119,31 @@ def mqar_capacity() -> list[tuple[list[str], Path]]:
     return _recall_runs("capacity")
 
 
+def mqar_heads() -> list[tuple[list[str], Path]]:
+    """The recall plan at fixed parameters, point by point (the heads in ``RECALL_HEADS`` order, then the
+    pairs, then the layers, GLA, the slowest, after the others): each point's sweep (seed 0), then its
+    seeds at the chosen rate, so that whole points land first."""
+    p = mqar.PRESETS["heads"]
+    jobs = []
+    for group in ([k for k in p.kinds if k != "gla"], ["gla"]):
+        for heads in stored.RECALL_HEADS:
+            for pairs in p.pairs:
+                for kind in group:
+                    try:
+                        rates, seeds = (stored.heads_chosen_lr(kind, heads, pairs),), stored.RECALL_SEEDS[1:]
+                    except stored.SweepIncomplete as incomplete:
+                        rates, seeds = incomplete.rates, (0,)
+                    jobs += [(["-m", "linattn_core.mqar", "--preset", "heads", "--kinds", kind, "--n-head",
+                               str(heads), "--pairs", str(pairs), "--lr", lr, "--seeds", str(seed)],
+                              RESULTS / stored.heads_name(kind, heads, pairs, lr, seed))
+                             for lr in rates for seed in seeds]
+    return jobs
+
+
 PLANS = {"lm-epoch": lm_epoch, "mqar-sweep": mqar_sweep, "mqar-seeds": mqar_seeds,
-         "mqar-capacity": mqar_capacity}
-ORDERED = {"lm-epoch"}  # plans whose own order is the order to run (the others: longest jobs first)
+         "mqar-capacity": mqar_capacity, "mqar-heads": mqar_heads}
+# plans whose own order is the order to run (the others: longest jobs first)
+ORDERED = {"lm-epoch", "mqar-heads"}
 
 
 def _kind(args: list[str]) -> str:

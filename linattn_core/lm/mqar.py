@@ -309,7 +309,14 @@ PRESETS: dict[str, Preset] = {
     # at 16, where the known-good model still solves the task.
     "capacity": Preset(("softmax", "elu+1", "gla", "deltanet"), (32,), (4, 8, 16), 3000,
                        {**_TASK, "eval_interval": 250}, seeds=(0, 1, 2)),
+    # recall against state size at fixed parameters (linattn_core.lm.stored.RECALL_HEADS): width 32, the
+    # heads varied with --n-head (1, 2, 4: a linear state of D^2 / H numbers, the parameters unchanged),
+    # 4, 8 and 16 pairs, 3,000 steps, each point's rate swept (scripts/stored_runs.py mqar-heads)
+    "heads": Preset(("softmax", "deltanet", "elu+1", "gla"), (32,), (4, 8, 16), 3000,
+                    {**_TASK, "eval_interval": 250}, seeds=(0, 1, 2)),
 }
+
+
 def _stored(result: dict) -> dict:
     """A run's results as stored: no model, the per-step curves thinned after their first steps."""
     return {**{k: v for k, v in result.items() if k not in ("model", "curves")},

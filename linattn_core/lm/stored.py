@@ -23,9 +23,10 @@ from pathlib import Path
 from typing import Any
 
 __all__ = ["EPOCH_BEYOND", "EPOCH_CLOSE", "EPOCH_CONTRASTS", "EPOCH_CORE", "EPOCH_LRS", "EPOCH_MORE_SEEDS",
-           "EPOCH_OTHERS", "EPOCH_SEEDS", "RECALL_SWEEP_LRS", "RECALL_SWEEP_WIDTH", "SweepIncomplete",
-           "chosen_recall_lr", "directory", "epoch_chosen_lr", "epoch_name", "epoch_runs", "epoch_sweep",
-           "lm_runs", "load", "names", "path", "recall_name", "recall_sweep"]
+           "EPOCH_OTHERS", "EPOCH_SEEDS", "RECALL_HEADS", "RECALL_LRS", "RECALL_SEEDS", "RECALL_SWEEP_LRS",
+           "RECALL_SWEEP_WIDTH", "SweepIncomplete", "chosen_recall_lr", "directory", "epoch_chosen_lr",
+           "epoch_name", "epoch_runs", "epoch_sweep", "heads_chosen_lr", "heads_name", "heads_runs",
+           "heads_sweep", "lm_runs", "load", "names", "path", "recall_name", "recall_sweep"]
 
 # The plan the stored files follow, read by scripts/stored_runs.py (which makes them), by
 # tests/lm/test_stored_runs.py (which checks them) and by the training chapter (which shows them).
@@ -61,6 +62,16 @@ EPOCH_CONTRASTS = (
 )
 
 
+# Recall against state size at fixed parameters (the ``heads`` preset of ``python -m linattn_core.mqar``:
+# width 32, 3,000 steps). The number of heads H varies, so a linear layer keeps D^2 / H numbers while the
+# parameters stay the same, and the pairs go past each state's capacity. At every point (layer, H, pairs)
+# the rate is swept with seed 0 (RECALL_LRS, 30x; a rate beyond where the best sits at an edge), then
+# seeds 1 and 2 run at the chosen rate.
+RECALL_HEADS = (4, 1, 2)  # the order the plan runs them: the two ends of the state axis first
+RECALL_LRS = EPOCH_LRS
+RECALL_SEEDS = (0, 1, 2)
+
+
 def epoch_name(name: str, lr: str, seed: int) -> str:
     """The file of one one-epoch language-model run: ``epoch-NAME-lrRATE-seedS.json``."""
     return f"epoch-{name}-lr{lr}-seed{seed}.json"
@@ -84,6 +95,25 @@ class SweepIncomplete(LookupError):
         self.rates = rates
 
 
+def _choose(runs: dict[str, dict[str, Any]], rates: tuple[str, ...], score: Any, what: str) -> str:
+    """The rate of ``runs`` (``{rate as written: run}``, seed 0) with the best ``score(run)`` (lowest
+    first), once every rate of ``rates`` is stored and the best is not at an edge with the rate past it
+    unstored (:class:`SweepIncomplete` names the rates to run). A diverged run (score None) is never
+    chosen."""
+    missing = tuple(lr for lr in rates if lr not in runs)
+    if missing:
+        raise SweepIncomplete(f"the sweep of {what} lacks the rates {list(missing)}", missing)
+    finite = {lr: score(r) for lr, r in runs.items() if score(r) is not None}
+    if not finite:
+        raise ValueError(f"every rate of the sweep of {what} diverged: sweep lower rates")
+    best = min(finite, key=finite.__getitem__)
+    ordered = sorted(runs, key=float)
+    beyond = EPOCH_BEYOND.get(best)
+    if best in (ordered[0], ordered[-1]) and beyond is not None and beyond not in runs:
+        raise SweepIncomplete(f"the best rate of {what}, {best}, is at an edge of its sweep", (beyond,))
+    return best
+
+
 def epoch_chosen_lr(name: str) -> str:
     """The rate of the layer's one-epoch sweep with the lowest final validation loss, as written.
 
@@ -95,18 +125,7 @@ def epoch_chosen_lr(name: str) -> str:
         runs = epoch_sweep(name)
     except FileNotFoundError:
         runs = {}
-    missing = tuple(lr for lr in EPOCH_LRS if lr not in runs)
-    if missing:
-        raise SweepIncomplete(f"the one-epoch sweep of {name!r} lacks the rates {list(missing)}", missing)
-    finite = {lr: r for lr, r in runs.items() if r["final_val_loss"] is not None}
-    if not finite:
-        raise ValueError(f"every rate of the one-epoch sweep of {name!r} diverged: sweep lower rates")
-    best = min(finite, key=lambda lr: finite[lr]["final_val_loss"])
-    ordered = sorted(runs, key=float)
-    beyond = EPOCH_BEYOND.get(best)
-    if best in (ordered[0], ordered[-1]) and beyond is not None and beyond not in runs:
-        raise SweepIncomplete(f"the best rate of {name!r}, {best}, is at an edge of its sweep", (beyond,))
-    return best
+    return _choose(runs, EPOCH_LRS, lambda r: r["final_val_loss"], f"{name!r} (one epoch)")
 
 
 def epoch_runs(name: str, lr: str | None = None) -> dict[int, dict[str, Any]]:
@@ -124,6 +143,37 @@ def recall_name(preset: str, kind: str, width: int, pairs: int, seed: int) -> st
     if preset == "capacity":
         return f"mqar-capacity-{kind}-p{pairs}-seed{seed}.json"
     raise ValueError(f"preset must be 'state' or 'capacity' (the stored recall runs), got {preset!r}")
+
+
+def heads_name(kind: str, heads: int, pairs: int, lr: str, seed: int) -> str:
+    """The file of one run of the recall plan at fixed parameters:
+    ``mqar-heads-KIND-hH-pP-lrRATE-seedS.json``."""
+    return f"mqar-heads-{kind}-h{heads}-p{pairs}-lr{lr}-seed{seed}.json"
+
+
+def heads_sweep(kind: str, heads: int, pairs: int) -> dict[str, dict[str, Any]]:
+    """The stored seed-0 runs of one point of the recall plan, by rate as written (empty if none)."""
+    prefix, suffix = f"mqar-heads-{kind}-h{heads}-p{pairs}-lr", "-seed0.json"
+    return {n[len(prefix):-len(suffix)]: load(n)["runs"][0] for n in names(f"{prefix}*{suffix}")}
+
+
+def _recall_score(run: dict[str, Any]) -> tuple[float, float] | None:
+    # the highest held-out accuracy, then the lowest loss; None where the run diverged
+    return None if run["final_accuracy"] is None else (-run["final_accuracy"], run["final_loss"])
+
+
+def heads_chosen_lr(kind: str, heads: int, pairs: int) -> str:
+    """The rate one point of the recall plan chose (highest final accuracy, then lowest loss), as written;
+    :class:`SweepIncomplete` while its sweep (:data:`RECALL_LRS`, a rate past an edge) is not stored."""
+    return _choose(heads_sweep(kind, heads, pairs), RECALL_LRS, _recall_score,
+                   f"{kind!r} with {heads} heads and {pairs} pairs (recall)")
+
+
+def heads_runs(kind: str, heads: int, pairs: int, lr: str | None = None) -> dict[int, dict[str, Any]]:
+    """The stored runs of one point of the recall plan at rate ``lr`` (default: the chosen one), by seed."""
+    lr = heads_chosen_lr(kind, heads, pairs) if lr is None else lr
+    prefix = f"mqar-heads-{kind}-h{heads}-p{pairs}-lr{lr}-seed"
+    return {int(n[len(prefix):-len(".json")]): load(n)["runs"][0] for n in names(f"{prefix}*.json")}
 
 
 def lm_runs() -> dict[str, tuple[str, int | None]]:

@@ -52,6 +52,26 @@ def test_every_recall_run_is_stored():
     assert not missing, f"not stored yet ({len(missing)}): {missing[:6]}...: python scripts/stored_runs.py"
 
 
+def test_a_recall_point_chooses_its_most_accurate_rate_inside_its_range(monkeypatch):
+    def sweep(accuracies):
+        runs = {lr: {"final_accuracy": a, "final_loss": None if a is None else 1.0 - a}
+                for lr, a in accuracies.items()}
+        monkeypatch.setattr(stored, "heads_sweep", lambda kind, heads, pairs: runs)
+
+    sweep({"1e-3": 0.2, "3e-3": 0.9})
+    with pytest.raises(stored.SweepIncomplete) as missing:
+        stored.heads_chosen_lr("x", 4, 8)
+    assert missing.value.rates == ("1e-2", "3e-2")
+    sweep({"1e-3": 0.2, "3e-3": 0.5, "1e-2": 0.7, "3e-2": 0.95})
+    with pytest.raises(stored.SweepIncomplete) as edge:
+        stored.heads_chosen_lr("x", 4, 8)
+    assert edge.value.rates == ("1e-1",)
+    sweep({"1e-3": 0.2, "3e-3": 0.5, "1e-2": 0.7, "3e-2": 0.95, "1e-1": None})  # diverged past the edge
+    assert stored.heads_chosen_lr("x", 4, 8) == "3e-2"
+    sweep({"1e-3": 0.2, "3e-3": 1.0, "1e-2": 0.99, "3e-2": None})
+    assert stored.heads_chosen_lr("x", 4, 8) == "3e-3"
+
+
 def _sweep_of(monkeypatch, losses):
     runs = {lr: {"final_val_loss": v, "diverged_at": None if v is not None else 5}
             for lr, v in losses.items()}
@@ -72,7 +92,7 @@ def test_the_epoch_sweep_chooses_inside_its_range(monkeypatch):
     _sweep_of(monkeypatch, {"3e-4": 1.75, "1e-3": 1.7, "3e-3": 1.8, "1e-2": 1.9, "3e-2": 2.0})
     assert stored.epoch_chosen_lr("x") == "1e-3"  # now inside
     _sweep_of(monkeypatch, {"1e-3": None, "3e-3": None, "1e-2": None, "3e-2": None})
-    with pytest.raises(ValueError, match="every rate of the one-epoch sweep of 'x' diverged"):
+    with pytest.raises(ValueError, match=r"every rate of the sweep of .x. \(one epoch\) diverged"):
         stored.epoch_chosen_lr("x")
 
 
@@ -167,12 +187,24 @@ def test_stored_lm_run_reproduces_its_first_losses(name, corpus, one_thread):
 @pytest.mark.parametrize("name", MQAR_FILES)
 def test_stored_recall_run_is_the_preset_run(name):
     part = stored.load(name)
-    preset_name = "capacity" if name.startswith("mqar-capacity-") else "state"
+    preset_name = next((p for p in ("capacity", "heads") if name.startswith(f"mqar-{p}-")), "state")
     preset = mqar.PRESETS[preset_name]
     (run,) = part["runs"]
     c = run["config"]
     want = {**preset.options, "steps": preset.steps}
-    assert {k: c[k] for k in want if k != "lr"} == {k: v for k, v in want.items() if k != "lr"}
+    varied = {"lr", "n_head"} if preset_name == "heads" else {"lr"}
+    assert {k: c[k] for k in want if k not in varied} == {k: v for k, v in want.items() if k not in varied}
+    if preset_name == "heads":  # a point of the plan at fixed parameters: its sweep, or a seed at its rate
+        lr = name.split("-lr")[1].split("-seed")[0]
+        assert name == stored.heads_name(c["attention"], c["n_head"], c["n_pairs"], lr, c["seed"])
+        assert c["n_head"] in stored.RECALL_HEADS and c["seed"] in stored.RECALL_SEEDS
+        assert c["n_embd"] in preset.widths and c["lr"] == float(lr)
+        if c["seed"]:
+            assert lr == stored.heads_chosen_lr(c["attention"], c["n_head"], c["n_pairs"])
+        assert part["command"].startswith("python -m linattn_core.mqar --preset heads ")
+        if run["diverged_at"] is None:  # a diverged rate is stored too, with its step and no accuracy
+            assert 0.0 <= run["final_accuracy"] <= 1.0 and run["curves"]["val_step"][-1] == c["steps"]
+        return
     assert c["attention"] in preset.kinds and c["n_pairs"] in preset.pairs
     assert part["command"].startswith(f"python -m linattn_core.mqar --preset {preset_name} ")
     assert len(part["git_commit"] or "") == 40 and part["hardware"]["threads"] == 1
