@@ -9,7 +9,7 @@ STAMP  := $(VENV)/.installed
 HOST   ?= 127.0.0.1
 PORT   ?= 8000
 
-.PHONY: book build serve test test-core lint bench lab notebooks data clean help assignments
+.PHONY: book build serve test test-beside-build test-core lint bench lab notebooks data clean help assignments
 .DEFAULT_GOAL := help
 
 help:
@@ -49,12 +49,19 @@ serve:
 
 book: build serve
 
-test: $(STAMP)
+# Lint; then the site's build beside every test that does not read the built site (the two keep both
+# cores of a small machine busy); then the tests of the built site in a browser (marked `site`).
+test: $(STAMP) data
 	$(BIN)/ruff check .
 	$(BIN)/lint-imports
-	$(MAKE) build
+	$(PY) scripts/side_by_side.py build="$(MAKE) --no-print-directory build" \
+		tests="$(MAKE) --no-print-directory test-beside-build"
+	LINATTN_REQUIRE_SITE=1 LINATTN_REQUIRE_KERNEL=1 $(PY) -m pytest -m site
+
+# While the site builds nothing may read it: under LINATTN_SITE_BUILDING=1 a test that tries fails.
+test-beside-build: $(STAMP) data
 	bash scripts/install_browser.sh
-	LINATTN_REQUIRE_SITE=1 LINATTN_REQUIRE_KERNEL=1 $(PY) -m pytest
+	LINATTN_SITE_BUILDING=1 LINATTN_REQUIRE_SITE=1 LINATTN_REQUIRE_KERNEL=1 $(PY) -m pytest -m "not site"
 
 # The library's core and speed tiers: what a change to a formula or a kernel needs, in about a minute.
 test-core: $(STAMP)

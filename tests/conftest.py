@@ -72,12 +72,16 @@ TIERS = ("core", "fast", "lm", "tools", "book", "machine")
 
 
 def pytest_collection_modifyitems(config, items):
-    """Mark every test with its tier, the folder it lives in (``pytest -m core``)."""
+    """Mark every test with its tier, the folder it lives in (``pytest -m core``), and every test that
+    reads the built site (its fixtures include ``site``) with ``site``: ``make test`` runs those after
+    the build and the others while the site builds."""
     root = Path(__file__).resolve().parent
     for item in items:
         parts = Path(str(item.fspath)).resolve().relative_to(root).parts
         if parts[0] in TIERS:
             item.add_marker(getattr(pytest.mark, parts[0]))
+        if "site" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.site)
 
 
 def pytest_generate_tests(metafunc):

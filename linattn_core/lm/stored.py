@@ -25,8 +25,8 @@ from typing import Any
 __all__ = ["EPOCH_BEYOND", "EPOCH_CLOSE", "EPOCH_CONTRASTS", "EPOCH_CORE", "EPOCH_LRS", "EPOCH_MORE_SEEDS",
            "EPOCH_OTHERS", "EPOCH_SEEDS", "RECALL_HEADS", "RECALL_LRS", "RECALL_SEEDS", "RECALL_SWEEP_LRS",
            "RECALL_SWEEP_WIDTH", "SweepIncomplete", "chosen_recall_lr", "directory", "epoch_chosen_lr",
-           "epoch_name", "epoch_runs", "epoch_sweep", "heads_chosen_lr", "heads_name", "heads_runs",
-           "heads_sweep", "lm_runs", "load", "names", "path", "recall_name", "recall_sweep"]
+           "epoch_name", "epoch_runs", "epoch_sweep", "heads_chosen_lr", "heads_name", "heads_points",
+           "heads_runs", "heads_sweep", "lm_runs", "load", "names", "path", "recall_name", "recall_sweep"]
 
 # The plan the stored files follow, read by scripts/stored_runs.py (which makes them), by
 # tests/lm/test_stored_runs.py (which checks them) and by the training chapter (which shows them).
@@ -174,6 +174,27 @@ def heads_runs(kind: str, heads: int, pairs: int, lr: str | None = None) -> dict
     lr = heads_chosen_lr(kind, heads, pairs) if lr is None else lr
     prefix = f"mqar-heads-{kind}-h{heads}-p{pairs}-lr{lr}-seed"
     return {int(n[len(prefix):-len(".json")]): load(n)["runs"][0] for n in names(f"{prefix}*.json")}
+
+
+def heads_points(kinds: tuple[str, ...], pairs: tuple[int, ...]
+                 ) -> dict[tuple[str, int, int], dict[str, Any]]:
+    """Every point ``(kind, heads, pairs)`` of the recall plan with what is stored of it: ``sweep``
+    (``{rate: final accuracy or None where it diverged}``), ``lr`` (the chosen rate, None while the sweep
+    is incomplete) and ``runs`` (``{seed: run}`` at that rate); ``complete`` once every seed of
+    :data:`RECALL_SEEDS` is stored."""
+    points = {}
+    for heads in sorted(RECALL_HEADS):
+        for n in pairs:
+            for kind in kinds:
+                sweep = {lr: run["final_accuracy"] for lr, run in heads_sweep(kind, heads, n).items()}
+                try:
+                    lr = heads_chosen_lr(kind, heads, n)
+                except SweepIncomplete:
+                    lr = None
+                runs = {} if lr is None else heads_runs(kind, heads, n, lr)
+                points[kind, heads, n] = {"sweep": sweep, "lr": lr, "runs": runs,
+                                          "complete": all(s in runs for s in RECALL_SEEDS)}
+    return points
 
 
 def lm_runs() -> dict[str, tuple[str, int | None]]:

@@ -14,11 +14,12 @@ from typing import Any
 
 import numpy as np
 import plotly.graph_objects as go
+from plotly.subplots import make_subplots
 
 from ..style import finish, legend_below, log_axis
 
 __all__ = ["LAYER_STYLE", "contrast_figure", "lr_sweep_figure", "recall_capacity_figure",
-           "recall_state_figure", "seed_curves_figure", "style_of"]
+           "recall_heads_figure", "recall_state_figure", "seed_curves_figure", "style_of"]
 
 # colour-blind-safe (Okabe-Ito and its darker companions), one per layer; a contrast's pair shares it
 LAYER_STYLE: dict[str, tuple[str, str]] = {
@@ -212,4 +213,48 @@ def recall_capacity_figure(points: Mapping[str, Sequence[tuple[int, float, Seque
     finish(fig, title=title, alt="Recall accuracy of each layer against the number of key-value pairs it "
            "must hold, at one model width: the mean of the seeds with a bar from the lowest to the highest "
            "seed, and the best accuracy that never reads a key.", height=460)
+    return legend_below(fig)
+
+
+def recall_heads_figure(points: Mapping[tuple[str, int, int], Sequence[float]], *,
+                        state: Mapping[tuple[str, int], int], chance: Mapping[int, float] | None = None,
+                        title: str | None = None) -> go.Figure:
+    """Recall at fixed parameters: one panel per number of pairs, accuracy against the heads (a linear
+    layer keeps D^2 / H numbers, so more heads is a smaller state). ``points``: ``{(kind, heads, pairs):
+    [accuracy of each seed]}`` (the points stored so far); ``state``: ``{(kind, heads): numbers kept per
+    layer}``; each point is the seeds' mean with a bar from the lowest to the highest seed."""
+    pairs = sorted({n for _, _, n in points})
+    heads = sorted({h for _, h, _ in points})
+    fig = make_subplots(rows=1, cols=max(1, len(pairs)), shared_yaxes=True, horizontal_spacing=0.04,
+                        subplot_titles=[f"{n} pairs" for n in pairs])
+    kinds = list(dict.fromkeys(k for k, _, _ in points))
+    for col, n in enumerate(pairs, start=1):
+        for kind in kinds:
+            colour, dash = style_of(kind)
+            here = [(h, np.asarray(points[kind, h, n], dtype=float)) for h in heads if (kind, h, n) in points]
+            if not here:
+                continue
+            mean = [a.mean() for _, a in here]
+            fig.add_trace(go.Scatter(
+                x=[h for h, _ in here], y=mean, name=kind, legendgroup=kind, showlegend=col == 1,
+                mode="lines+markers", line={"color": colour, "dash": dash},
+                customdata=[state.get((kind, h), 0) for h, _ in here],
+                error_y={"type": "data", "symmetric": False, "color": colour,
+                         "array": [a.max() - m for (_, a), m in zip(here, mean, strict=True)],
+                         "arrayminus": [m - a.min() for (_, a), m in zip(here, mean, strict=True)]},
+                hovertemplate=f"{kind}, {n} pairs<br>%{{x}} heads: %{{customdata:,}} numbers per layer"
+                              "<br>accuracy %{y:.3f} (mean of the seeds)<extra></extra>"), row=1, col=col)
+        if chance and n in chance:
+            fig.add_trace(go.Scatter(x=heads, y=[chance[n]] * len(heads), name="no lookup (best guess)",
+                                     legendgroup="chance", showlegend=col == 1, mode="lines",
+                                     line={"color": "grey", "dash": "dot"},
+                                     hovertemplate=f"{n} pairs: %{{y:.3f}} without a key<extra></extra>"),
+                          row=1, col=col)
+        fig.update_xaxes(title="heads (more: a smaller state)" if col == 1 else None, type="log",
+                         tickvals=heads, ticktext=[str(h) for h in heads], row=1, col=col)
+    fig.update_yaxes(range=[-0.02, 1.05])
+    fig.update_yaxes(title="recall accuracy, held out", row=1, col=1)
+    finish(fig, title=title, alt="Recall accuracy of each layer against its number of heads at one width, "
+           "one panel per number of key-value pairs: the mean of the seeds with a bar from the lowest to the "
+           "highest seed, and the best accuracy that never reads a key.", height=460)
     return legend_below(fig)

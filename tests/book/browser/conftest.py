@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from _browser import CHROMIUM, CHROMIUM_ARGS, LOCAL_HOST, SITE, PageLog, instrument, missing
+from _browser import CHROMIUM, CHROMIUM_ARGS, LOCAL_HOST, SITE, PageLog, instrument, missing, site_building
 
 # --- the local server ------------------------------------------------------------------------
 
@@ -29,6 +29,8 @@ class _QuietHandler(http.server.SimpleHTTPRequestHandler):
 
 @pytest.fixture(scope="session")
 def site() -> Path:
+    if site_building():
+        missing(f"the site at {SITE} is being built: a test that reads it must use the `site` fixture")
     if not (SITE / "index.html").is_file():
         missing(f"no built site at {SITE} (run `make build` first)")
     return SITE
