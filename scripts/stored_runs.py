@@ -120,14 +120,15 @@ def mqar_capacity() -> list[tuple[list[str], Path]]:
 
 
 def mqar_heads() -> list[tuple[list[str], Path]]:
-    """The recall plan at fixed parameters, point by point (the heads in ``RECALL_HEADS`` order, then the
-    pairs, then the layers, GLA, the slowest, after the others): each point's sweep (seed 0), then its
-    seeds at the chosen rate, so that whole points land first."""
+    """The recall plan at fixed parameters, point by point: the most pairs first (where the states run
+    out), each at every number of heads (``RECALL_HEADS`` order), every layer (GLA, the slowest, after
+    the others); each point's sweep (seed 0), then its seeds at the chosen rate, so whole points land
+    first."""
     p = mqar.PRESETS["heads"]
     jobs = []
     for group in ([k for k in p.kinds if k != "gla"], ["gla"]):
-        for heads in stored.RECALL_HEADS:
-            for pairs in p.pairs:
+        for pairs in sorted(p.pairs, reverse=True):
+            for heads in stored.RECALL_HEADS:
                 for kind in group:
                     try:
                         rates, seeds = (stored.heads_chosen_lr(kind, heads, pairs),), stored.RECALL_SEEDS[1:]
