@@ -11,8 +11,10 @@ axe-core accessibility violation; a page weight (its own files, not the site-wid
 the search page finds "associative", every chapter is in the sidebar, and exercise solutions are
 closed dropdowns that open when their title is clicked.
 
-Run: ``.venv/bin/pytest tests/book/browser/test_site.py -q`` after ``make build`` (about 3-4 minutes on two
-cores). ``LINATTN_SITE_DIR=/path/to/html`` checks another build (e.g. a one-page build).
+Pages are loaded once more at phone size, and that one load serves the checks of the page's width, its
+figures and its exercise solutions. Run: ``.venv/bin/pytest tests/book/browser/test_site.py -q`` after
+``make build`` (about 3-4 minutes on two cores). ``LINATTN_SITE_DIR=/path/to/html`` checks another
+build (e.g. a one-page build).
 """
 
 from __future__ import annotations
@@ -207,16 +209,108 @@ OVERFLOW_JS = """
 """
 
 
-@pytest.mark.parametrize("rel", [p for p in PAGES if p is None or p.startswith("book/")])
-def test_fits_a_phone_screen(new_page, server, rel):
-    """On a phone the page does not scroll sideways: wide code, tables, figures scroll in their own box."""
-    if rel is None:
-        missing("no chapter pages in the built site")
-    page, _ = new_page(viewport=PHONE)
+CHAPTERS = [p for p in PAGES if p is None or p.startswith("book/")]
+
+
+def _tap_first_controls(page) -> list[str]:
+    """Tap each explorer's first control (its second step, near the rail's left end where a thumb
+    reaches it); the figures whose control changed nothing."""
+    problems = []
+    for fig in page.evaluate(PLOTLY_STATE_JS):
+        gd = fig["id"]
+        sliders = [(i, s) for i, s in enumerate(fig["sliders"]) if s["visible"] and len(s["steps"]) > 1]
+        menus = [(i, m) for i, m in enumerate(fig["menus"]) if m["visible"] and len(m["buttons"]) > 1]
+        first = [s["steps"][1]["method"] for _, s in sliders] + [m["buttons"][1]["method"] for _, m in menus]
+        if not first or first[0] == "skip":
+            continue  # a figure without controls, or one whose step only moves the control
+        before = page.evaluate(FIGURE_STATE_JS, gd)
+        try:
+            if sliders:
+                i, s = sliders[0]
+                target = 1 if s["active"] != 1 else 0
+                _operate_slider(page, gd, i, target, len(s["steps"]))
+                _wait_changed(page, gd, before, s["steps"][target]["method"])
+            else:
+                i, m = menus[0]
+                target = 1 if m["active"] != 1 else 0
+                _operate_menu(page, gd, i, m["type"], target)
+                _wait_changed(page, gd, before, m["buttons"][target]["method"])
+        except Exception as exc:
+            problems.append(f"{gd}: its first control does nothing at {PHONE[0]} px ({type(exc).__name__})")
+    return problems
+
+
+def _open_solutions(page) -> list[str]:
+    """Every exercise solution must be a closed dropdown that opens when its title is clicked."""
+    solutions = page.locator("div.solution")
+    problems = []
+    for i in range(solutions.count()):
+        sol = solutions.nth(i)
+        sol_id = sol.get_attribute("id") or f"solution {i}"
+        classes = sol.get_attribute("class") or ""
+        if "dropdown" not in classes.split():
+            problems.append(f"{sol_id}: not a dropdown (class={classes!r}); add `:class: dropdown`")
+            continue
+        body = sol.locator(":scope > :not(.admonition-title)")
+        if body.count() == 0:
+            problems.append(f"{sol_id}: an empty solution")
+            continue
+        if any(body.nth(j).is_visible() for j in range(body.count())):
+            problems.append(f"{sol_id}: open before the reader asks (its body is visible)")
+            continue
+        sol.locator(".admonition-title").click()
+        try:
+            body.first.wait_for(state="visible", timeout=CHANGE_TIMEOUT_MS)
+        except Exception:
+            problems.append(f"{sol_id}: clicking its title does not open it")
+    return problems
+
+
+def _phone_checks(page, log: PageLog, server: str, rel: str) -> dict:
+    """One chapter at phone size, checked in an order where no step disturbs the next: the page's
+    width, its figures (their layout, then each explorer's first control tapped), its solutions."""
     page.goto(urljoin(server, rel), wait_until="load")
     page.wait_for_function(WAIT_PLOTLY_JS, timeout=RENDER_TIMEOUT_MS)
     page.wait_for_timeout(500)  # plotly's responsive resize
-    state = page.evaluate(OVERFLOW_JS)
+    width = page.evaluate(OVERFLOW_JS)
+    figures = page.evaluate(PHONE_FIGURES_JS) + page.evaluate(FIGURE_TEXT_JS) + _tap_first_controls(page)
+    figures_log = list(log.problems())
+    return {"width": width, "figures": figures, "figures_log": figures_log,
+            "solutions": _open_solutions(page),
+            "solutions_log": [p for p in log.problems() if p not in figures_log]}
+
+
+@pytest.fixture(scope="session")
+def phone(browser, server):
+    """``phone(rel)``: a chapter loaded once at phone size and checked (:func:`_phone_checks`); the
+    three tests that read it share the one load."""
+    cache = {}
+
+    def get(rel):
+        if rel not in cache:
+            ctx = browser.new_context(viewport={"width": PHONE[0], "height": PHONE[1]})
+            try:
+                page = ctx.new_page()
+                log = PageLog()
+                instrument(page, log)
+                cache[rel] = _phone_checks(page, log, server, rel)
+            except Exception as exc:  # checked once: every test of this page reports the same failure
+                cache[rel] = exc
+            finally:
+                ctx.close()
+        if isinstance(cache[rel], Exception):
+            pytest.fail(f"{rel}: the page could not be checked at phone size: {cache[rel]}", pytrace=False)
+        return cache[rel]
+
+    return get
+
+
+@pytest.mark.parametrize("rel", CHAPTERS)
+def test_fits_a_phone_screen(phone, rel):
+    """On a phone the page does not scroll sideways: wide code, tables, figures scroll in their own box."""
+    if rel is None:
+        missing("no chapter pages in the built site")
+    state = phone(rel)["width"]
     assert state["page"] <= state["viewport"] + 1 and not state["wide"], (
         f"{rel} at {PHONE[0]} px: the page is {state['page']} px wide; too wide: {state['wide']}"
     )
@@ -309,41 +403,16 @@ FIGURE_PAGES = [p for p in pages_containing("plotly-graph-div") if p.startswith(
 
 
 @pytest.mark.parametrize("rel", FIGURE_PAGES or [None])
-def test_figures_fit_a_phone(new_page, server, rel):
+def test_figures_fit_a_phone(phone, rel):
     """At 390 x 844 every figure is whole and readable: nothing cut off by the screen (a figure wider than
     the screen scrolls in its own box), titles, controls and legends inside the figure, legends clear of
     the controls, text not overlapping, plot areas with room; and each explorer's first control still
     changes its figure when tapped."""
     if rel is None:
         missing("no chapter of the site has a plotly figure")
-    page, log = new_page(viewport=PHONE)
-    page.goto(urljoin(server, rel), wait_until="load")
-    page.wait_for_function(WAIT_PLOTLY_JS, timeout=RENDER_TIMEOUT_MS)
-    page.wait_for_timeout(500)  # plotly's responsive resize
-    problems = page.evaluate(PHONE_FIGURES_JS) + page.evaluate(FIGURE_TEXT_JS)
-    for fig in page.evaluate(PLOTLY_STATE_JS):
-        gd = fig["id"]
-        sliders = [(i, s) for i, s in enumerate(fig["sliders"]) if s["visible"] and len(s["steps"]) > 1]
-        menus = [(i, m) for i, m in enumerate(fig["menus"]) if m["visible"] and len(m["buttons"]) > 1]
-        first = [s["steps"][1]["method"] for _, s in sliders] + [m["buttons"][1]["method"] for _, m in menus]
-        if not first or first[0] == "skip":
-            continue  # a figure without controls, or one whose step only moves the control
-        before = page.evaluate(FIGURE_STATE_JS, gd)
-        try:
-            if sliders:  # the second step: near the rail's left end, where a thumb reaches it
-                i, s = sliders[0]
-                target = 1 if s["active"] != 1 else 0
-                _operate_slider(page, gd, i, target, len(s["steps"]))
-                _wait_changed(page, gd, before, s["steps"][target]["method"])
-            else:
-                i, m = menus[0]
-                target = 1 if m["active"] != 1 else 0
-                _operate_menu(page, gd, i, m["type"], target)
-                _wait_changed(page, gd, before, m["buttons"][target]["method"])
-        except Exception as exc:
-            problems.append(f"{gd}: its first control does nothing at {PHONE[0]} px ({type(exc).__name__})")
+    problems, errors = phone(rel)["figures"], phone(rel)["figures_log"]
     assert not problems, f"{rel} at {PHONE[0]} x {PHONE[1]} px:\n  " + "\n  ".join(problems)
-    assert not log.problems(), f"{rel}: errors at phone width:\n  " + "\n  ".join(log.problems())
+    assert not errors, f"{rel}: errors at phone width:\n  " + "\n  ".join(errors)
 
 
 KEYBOARD_PAGES = pages_containing('class="linattn-keys"')
@@ -423,34 +492,12 @@ SOLUTION_PAGES = [p for p in site_pages() if 'class="solution' in page_source(p)
 
 
 @pytest.mark.parametrize("rel", SOLUTION_PAGES or [None])
-def test_solutions_are_closed_dropdowns(new_page, server, rel):
+def test_solutions_are_closed_dropdowns(phone, rel):
+    """Checked at phone size, on the load the phone tests share (the dropdowns do not depend on the width)."""
     if rel is None:
         missing("no page of the site has exercise solutions")
-    page, _ = new_page()
-    page.goto(urljoin(server, rel), wait_until="load")
-    solutions = page.locator("div.solution")
-    n = solutions.count()
-    assert n > 0
-    problems = []
-    for i in range(n):
-        sol = solutions.nth(i)
-        sol_id = sol.get_attribute("id") or f"solution {i}"
-        classes = sol.get_attribute("class") or ""
-        if "dropdown" not in classes.split():
-            problems.append(f"{sol_id}: not a dropdown (class={classes!r}); add `:class: dropdown`")
-            continue
-        body = sol.locator(":scope > :not(.admonition-title)")
-        if body.count() == 0:
-            problems.append(f"{sol_id}: an empty solution")
-            continue
-        if any(body.nth(j).is_visible() for j in range(body.count())):
-            problems.append(f"{sol_id}: open before the reader asks (its body is visible)")
-            continue
-        sol.locator(".admonition-title").click()
-        try:
-            body.first.wait_for(state="visible", timeout=CHANGE_TIMEOUT_MS)
-        except Exception:
-            problems.append(f"{sol_id}: clicking its title does not open it")
+    assert 'class="solution' in page_source(rel)
+    problems = phone(rel)["solutions"] + phone(rel)["solutions_log"]
     assert not problems, f"{rel}: exercise solutions:\n  " + "\n  ".join(problems)
 
 
