@@ -100,3 +100,22 @@ def test_capacity_points_are_the_seed_means_by_pairs_with_the_no_lookup_line():
     assert list(line.x) == [4, 16] and list(line.y) == [0.4, 0.2]
     assert list(fig.layout.xaxis.tickvals) == [4, 16] and fig.layout.xaxis.type == "log"
     assert len(vt.recall_capacity_figure(points).data) == 1  # no line without chance
+
+
+def test_heads_points_are_the_seed_means_per_pairs_panel_on_the_whole_plan():
+    points = {("elu+1", 4, 16): [0.1, 0.3, 0.2], ("elu+1", 1, 16): [0.9, 1.0, 0.95],
+              ("softmax", 4, 4): [1.0] * 3}
+    fig = vt.recall_heads_figure(points, state={("elu+1", 1): 1344, ("elu+1", 4): 576, ("softmax", 4): 4384},
+                                 heads=(1, 2, 4), pairs=(4, 8, 16), chance={4: 0.27, 8: 0.17, 16: 0.12})
+    by = {(tr.name, tr.xaxis): tr for tr in fig.data}
+    elu = by["elu+1", "x3"]  # the third panel: 16 pairs
+    assert list(elu.x) == [1, 4] and list(elu.customdata) == [1344, 576]
+    assert_close(np.array(elu.y), [0.95, 0.2], dtype="float64")
+    assert_close(np.array(elu.error_y.array), [0.05, 0.1], dtype="float64")
+    assert list(by["softmax", "x"].x) == [4] and ("softmax", "x3") not in by
+    assert [a.text for a in fig.layout.annotations][:3] == ["4 pairs", "8 pairs", "16 pairs"]  # every panel
+    chance = [tr for tr in fig.data if tr.legendgroup == "chance"]
+    assert [list(tr.y) for tr in chance] == [[0.27] * 3, [0.17] * 3, [0.12] * 3]  # across all heads
+    assert list(fig.layout.xaxis.tickvals) == [1, 2, 4]
+    with pytest.raises(ValueError, match="heads"):
+        vt.recall_heads_figure({("elu+1", 8, 4): [0.5]}, state={}, heads=(1, 2, 4), pairs=(4,))

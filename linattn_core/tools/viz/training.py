@@ -217,14 +217,16 @@ def recall_capacity_figure(points: Mapping[str, Sequence[tuple[int, float, Seque
 
 
 def recall_heads_figure(points: Mapping[tuple[str, int, int], Sequence[float]], *,
-                        state: Mapping[tuple[str, int], int], chance: Mapping[int, float] | None = None,
-                        title: str | None = None) -> go.Figure:
+                        state: Mapping[tuple[str, int], int], heads: Sequence[int], pairs: Sequence[int],
+                        chance: Mapping[int, float] | None = None, title: str | None = None) -> go.Figure:
     """Recall at fixed parameters: one panel per number of pairs, accuracy against the heads (a linear
     layer keeps D^2 / H numbers, so more heads is a smaller state). ``points``: ``{(kind, heads, pairs):
     [accuracy of each seed]}`` (the points stored so far); ``state``: ``{(kind, heads): numbers kept per
-    layer}``; each point is the seeds' mean with a bar from the lowest to the highest seed."""
-    pairs = sorted({n for _, _, n in points})
-    heads = sorted({h for _, h, _ in points})
+    layer}``; ``heads`` and ``pairs``: the plan's axes, drawn whole while points are missing. Each point
+    is the seeds' mean with a bar from the lowest to the highest seed."""
+    pairs, heads = sorted(pairs), sorted(heads)
+    if not all(h in heads and n in pairs for _, h, n in points):
+        raise ValueError(f"every point's heads and pairs must be among heads={heads} and pairs={pairs}")
     fig = make_subplots(rows=1, cols=max(1, len(pairs)), shared_yaxes=True, horizontal_spacing=0.04,
                         subplot_titles=[f"{n} pairs" for n in pairs])
     kinds = list(dict.fromkeys(k for k, _, _ in points))
@@ -251,7 +253,8 @@ def recall_heads_figure(points: Mapping[tuple[str, int, int], Sequence[float]], 
                                      hovertemplate=f"{n} pairs: %{{y:.3f}} without a key<extra></extra>"),
                           row=1, col=col)
         fig.update_xaxes(title="heads (more: a smaller state)" if col == 1 else None, type="log",
-                         tickvals=heads, ticktext=[str(h) for h in heads], row=1, col=col)
+                         tickvals=heads, ticktext=[str(h) for h in heads], row=1, col=col,
+                         range=[np.log10(heads[0]) - 0.15, np.log10(heads[-1]) + 0.15])
     fig.update_yaxes(range=[-0.02, 1.05])
     fig.update_yaxes(title="recall accuracy, held out", row=1, col=1)
     finish(fig, title=title, alt="Recall accuracy of each layer against its number of heads at one width, "
