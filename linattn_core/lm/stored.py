@@ -38,7 +38,10 @@ RECALL_SWEEP_WIDTH = 48  # the recall sweep tries the rates at the middle width,
 # budget with seed 0 (EPOCH_LRS, 30x; a rate beyond is added where the best sits at an edge), then more
 # seeds at the chosen rate. The layers the conclusions rest on come first.
 EPOCH_LRS = ("1e-3", "3e-3", "1e-2", "3e-2")
-EPOCH_BEYOND = {"1e-3": "3e-4", "3e-4": "1e-4", "3e-2": "1e-1", "1e-1": "3e-1"}  # the next rate past an edge
+# Past an edge of EPOCH_LRS the next rate out is run, and the next after it, a factor of about 3 each,
+# until the best rate lies inside or a run diverges.
+EPOCH_BEYOND = {"1e-3": "3e-4", "3e-4": "1e-4", "1e-4": "3e-5", "3e-5": "1e-5",
+                "3e-2": "1e-1", "1e-1": "3e-1", "3e-1": "1e0", "1e0": "3e0"}
 EPOCH_CORE = ("softmax", "elu+1", "retnet", "simple_gla_const", "simple_gla", "softmax-conv4", "deltanet",
               "gla")
 EPOCH_OTHERS = ("relu", "performer", "retnet_no_decay", "deltanet_additive")

@@ -199,8 +199,10 @@ def test_stored_recall_run_is_the_preset_run(name):
         assert name == stored.heads_name(c["attention"], c["n_head"], c["n_pairs"], lr, c["seed"])
         assert c["n_head"] in stored.RECALL_HEADS and c["seed"] in stored.RECALL_SEEDS
         assert c["n_embd"] in preset.widths and c["lr"] == float(lr)
-        if c["seed"]:
-            assert lr == stored.heads_chosen_lr(c["attention"], c["n_head"], c["n_pairs"])
+        if c["seed"]:  # more seeds run at the best rate of the point's sweep (chosen, once it is complete)
+            point = stored.heads_sweep(c["attention"], c["n_head"], c["n_pairs"])
+            sweep = {r: run for r, run in point.items() if run["final_accuracy"] is not None}
+            assert lr == max(sweep, key=lambda r: (sweep[r]["final_accuracy"], -sweep[r]["final_loss"]))
         assert part["command"].startswith("python -m linattn_core.mqar --preset heads ")
         if run["diverged_at"] is None:  # a diverged rate is stored too, with its step and no accuracy
             assert 0.0 <= run["final_accuracy"] <= 1.0 and run["curves"]["val_step"][-1] == c["steps"]
