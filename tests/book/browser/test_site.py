@@ -47,30 +47,37 @@ MAX_PAGE_BYTES = 1_500_000
 PAGES = site_pages() or [None]
 
 
-@pytest.fixture(scope="session")
-def report(browser, server):
-    """``report(rel)``: the page's load report, measured once per session and shared by the tests."""
+def once_per_page(browser, server, viewport: tuple[int, int], check, what: str):
+    """``get(rel)``: ``check(page, log, server, rel)`` run once per page in a fresh context of this
+    viewport, its result shared by every test that asks; a failure is kept too, so each of those tests
+    reports the same one."""
     cache = {}
 
     def get(rel):
         if rel is None:
             pytest.fail("no pages found in the built site")  # `site` fixture already skipped/failed
         if rel not in cache:
-            ctx = browser.new_context(viewport={"width": 1280, "height": 900})
+            ctx = browser.new_context(viewport={"width": viewport[0], "height": viewport[1]})
             try:
                 page = ctx.new_page()
                 log = PageLog()
                 instrument(page, log)
-                cache[rel] = load_report(page, log, server, rel)
-            except Exception as exc:  # measured once: every test of this page reports the same failure
+                cache[rel] = check(page, log, server, rel)
+            except Exception as exc:
                 cache[rel] = exc
             finally:
                 ctx.close()
         if isinstance(cache[rel], Exception):
-            pytest.fail(f"{rel}: the page could not be loaded and measured: {cache[rel]}", pytrace=False)
+            pytest.fail(f"{rel}: the page could not be {what}: {cache[rel]}", pytrace=False)
         return cache[rel]
 
     return get
+
+
+@pytest.fixture(scope="session")
+def report(browser, server):
+    """``report(rel)``: the page's load report, measured once per session and shared by the tests."""
+    return once_per_page(browser, server, (1280, 900), load_report, "loaded and measured")
 
 
 @pytest.mark.parametrize("rel", PAGES)
@@ -284,25 +291,7 @@ def _phone_checks(page, log: PageLog, server: str, rel: str) -> dict:
 def phone(browser, server):
     """``phone(rel)``: a chapter loaded once at phone size and checked (:func:`_phone_checks`); the
     three tests that read it share the one load."""
-    cache = {}
-
-    def get(rel):
-        if rel not in cache:
-            ctx = browser.new_context(viewport={"width": PHONE[0], "height": PHONE[1]})
-            try:
-                page = ctx.new_page()
-                log = PageLog()
-                instrument(page, log)
-                cache[rel] = _phone_checks(page, log, server, rel)
-            except Exception as exc:  # checked once: every test of this page reports the same failure
-                cache[rel] = exc
-            finally:
-                ctx.close()
-        if isinstance(cache[rel], Exception):
-            pytest.fail(f"{rel}: the page could not be checked at phone size: {cache[rel]}", pytrace=False)
-        return cache[rel]
-
-    return get
+    return once_per_page(browser, server, PHONE, _phone_checks, "checked at phone size")
 
 
 @pytest.mark.parametrize("rel", CHAPTERS)
