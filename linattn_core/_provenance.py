@@ -166,6 +166,8 @@ def environment(device: Any = None, dtype: Any = None) -> dict[str, Any]:
         "dtype": None if dtype is None else dtype_name(dtype),
         # other processes share the machine: their load shows in the numbers, so it is recorded too
         "load_average_1min": round(os.getloadavg()[0], 2) if hasattr(os, "getloadavg") else None,
+        # whether torch's idle OpenMP workers spin (unset: libgomp spins a while) or sleep (PASSIVE)
+        "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"),
     }
     if dev.type == "cuda":
         meta["cuda"] = torch.version.cuda

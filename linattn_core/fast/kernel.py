@@ -22,6 +22,11 @@ uses the best one the CPU runs. To time the torch forms instead, use :func:`swit
 ``LINATTN_NATIVE=0``; ``LINATTN_NATIVE=avx2`` picks that instruction set (to see what a CPU without
 AVX-512 would run).
 
+Its threads are its own (started per call), not torch's. Right after a torch op, torch's idle OpenMP
+workers spin for a while before they sleep (libgomp's default), on the same cores: a program that
+alternates torch ops and this kernel can set ``OMP_WAIT_POLICY=PASSIVE`` before torch loads, as the test
+suite and the benchmark (:mod:`linattn_core.tools.bench`) do.
+
 >>> from linattn_core.fast import kernel
 >>> kernel.isas()          # doctest: +SKIP
 ('avx512', 'avx2')

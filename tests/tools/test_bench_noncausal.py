@@ -4,6 +4,10 @@ asserted: a tiny pass checks the plumbing, and the targets are read from timings
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import pytest
 from _tolerances import assert_close
 
@@ -82,3 +86,24 @@ def test_the_suite_takes_the_fraction_from_the_same_pass():
     t = bench.noncausal_targets([], 100.0, [16384], same_pass=[p])
     assert t[-1].name == "non-causal kernel GFLOP/s / matmul GFLOP/s, same pass, at N=16384"
     assert t[-1].verdict == "PASS"
+
+
+@pytest.mark.parametrize(("given", "kept"), [(None, "PASSIVE"), ("ACTIVE", "ACTIVE")])
+def test_the_bench_lets_torchs_idle_workers_sleep_unless_told_otherwise(given, kept):
+    """Importing the bench before torch sets OMP_WAIT_POLICY=PASSIVE; a policy the caller set is kept, and
+    the records say which was in force."""
+    env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
+    if given is not None:
+        env["OMP_WAIT_POLICY"] = given
+    code = ("import os, linattn_core.tools.bench; from linattn_core._provenance import environment; "
+            "print(os.environ['OMP_WAIT_POLICY'], environment('cpu')['omp_wait_policy'])")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    assert out.stdout.split() == [kept, kept]
+
+
+def test_the_bench_leaves_the_policy_alone_once_torch_is_loaded():
+    """After torch has loaded, libgomp has read the policy: setting it then would only misreport it."""
+    env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
+    code = "import os, torch, linattn_core.tools.bench; print(os.environ.get('OMP_WAIT_POLICY', 'unset'))"
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["unset"]

@@ -190,7 +190,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p = passes[0]
     print(f"non-causal kernel, causal kernel and a matmul of the same FLOPs, interleaved (float32, elu+1, "
           f"{p.batch_heads} sequences, d = d_v = {p.d}, {p.threads} threads; load average after the last "
-          f"pass {passes[-1].load})")
+          f"pass {passes[-1].load}; OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY', 'unset')})")
     print(format_passes(passes))
     print("\nTargets (reported, not tested):")
     print(format_targets(targets(passes)))
