@@ -25,7 +25,8 @@ from typing import Any
 __all__ = ["EPOCH_BEYOND", "EPOCH_CLOSE", "EPOCH_CONTRASTS", "EPOCH_CORE", "EPOCH_LRS", "EPOCH_MORE_SEEDS",
            "EPOCH_OTHERS", "EPOCH_SEEDS", "RECALL_HEADS", "RECALL_LRS", "RECALL_SEEDS", "RECALL_SWEEP_LRS",
            "RECALL_SWEEP_WIDTH", "SweepIncomplete", "chosen_recall_lr", "directory", "epoch_chosen_lr",
-           "epoch_name", "epoch_runs", "epoch_sweep", "heads_chosen_lr", "heads_name", "heads_points",
+           "epoch_name", "epoch_runs", "epoch_sweep", "heads_best_lr", "heads_chosen_lr", "heads_name",
+           "heads_points",
            "heads_runs", "heads_sweep", "lm_runs", "load", "names", "path", "recall_name", "recall_sweep"]
 
 # The plan the stored files follow, read by scripts/stored_runs.py (which makes them), by
@@ -98,6 +99,12 @@ class SweepIncomplete(LookupError):
         self.rates = rates
 
 
+def _best(runs: dict[str, dict[str, Any]], score: Any) -> str | None:
+    # the rate whose run scores lowest; None where every run diverged (score None)
+    finite = {lr: score(r) for lr, r in runs.items() if score(r) is not None}
+    return min(finite, key=finite.__getitem__) if finite else None
+
+
 def _choose(runs: dict[str, dict[str, Any]], rates: tuple[str, ...], score: Any, what: str) -> str:
     """The rate of ``runs`` (``{rate as written: run}``, seed 0) with the best ``score(run)`` (lowest
     first), once every rate of ``rates`` is stored and the best is not at an edge with the rate past it
@@ -106,10 +113,9 @@ def _choose(runs: dict[str, dict[str, Any]], rates: tuple[str, ...], score: Any,
     missing = tuple(lr for lr in rates if lr not in runs)
     if missing:
         raise SweepIncomplete(f"the sweep of {what} lacks the rates {list(missing)}", missing)
-    finite = {lr: score(r) for lr, r in runs.items() if score(r) is not None}
-    if not finite:
+    best = _best(runs, score)
+    if best is None:
         raise ValueError(f"every rate of the sweep of {what} diverged: sweep lower rates")
-    best = min(finite, key=finite.__getitem__)
     ordered = sorted(runs, key=float)
     beyond = EPOCH_BEYOND.get(best)
     if best in (ordered[0], ordered[-1]) and beyond is not None and beyond not in runs:
@@ -163,6 +169,13 @@ def heads_sweep(kind: str, heads: int, pairs: int) -> dict[str, dict[str, Any]]:
 def _recall_score(run: dict[str, Any]) -> tuple[float, float] | None:
     # the highest held-out accuracy, then the lowest loss; None where the run diverged
     return None if run["final_accuracy"] is None else (-run["final_accuracy"], run["final_loss"])
+
+
+def heads_best_lr(kind: str, heads: int, pairs: int) -> str | None:
+    """The best stored rate of one point's sweep so far (highest final accuracy, then lowest loss), as
+    written; None while nothing finite is stored. The rate its further seeds run at: the runner starts
+    them once the sweep is complete (:func:`heads_chosen_lr`), and this is the rule it chose by."""
+    return _best(heads_sweep(kind, heads, pairs), _recall_score)
 
 
 def heads_chosen_lr(kind: str, heads: int, pairs: int) -> str:

@@ -72,6 +72,21 @@ def test_a_recall_point_chooses_its_most_accurate_rate_inside_its_range(monkeypa
     assert stored.heads_chosen_lr("x", 4, 8) == "3e-3"
 
 
+def test_the_best_rate_so_far_breaks_ties_by_loss_and_skips_diverged_runs(monkeypatch):
+    def sweep(runs):  # {rate: (final accuracy, final loss)}
+        runs = {lr: {"final_accuracy": a, "final_loss": loss} for lr, (a, loss) in runs.items()}
+        monkeypatch.setattr(stored, "heads_sweep", lambda kind, heads, pairs: runs)
+
+    sweep({"1e-3": (1.0, 0.02), "3e-3": (1.0, 0.01), "1e-2": (None, None)})
+    assert stored.heads_best_lr("x", 4, 8) == "3e-3"  # equal accuracy: the lower loss
+    sweep({"1e-3": (0.9, 0.01), "3e-3": (0.95, 0.5)})
+    assert stored.heads_best_lr("x", 4, 8) == "3e-3"  # accuracy first
+    sweep({"1e-2": (None, None)})
+    assert stored.heads_best_lr("x", 4, 8) is None
+    sweep({})
+    assert stored.heads_best_lr("x", 4, 8) is None
+
+
 def _sweep_of(monkeypatch, losses):
     runs = {lr: {"final_val_loss": v, "diverged_at": None if v is not None else 5}
             for lr, v in losses.items()}
@@ -200,9 +215,7 @@ def test_stored_recall_run_is_the_preset_run(name):
         assert c["n_head"] in stored.RECALL_HEADS and c["seed"] in stored.RECALL_SEEDS
         assert c["n_embd"] in preset.widths and c["lr"] == float(lr)
         if c["seed"]:  # more seeds run at the best rate of the point's sweep (chosen, once it is complete)
-            point = stored.heads_sweep(c["attention"], c["n_head"], c["n_pairs"])
-            sweep = {r: run for r, run in point.items() if run["final_accuracy"] is not None}
-            assert lr == max(sweep, key=lambda r: (sweep[r]["final_accuracy"], -sweep[r]["final_loss"]))
+            assert lr == stored.heads_best_lr(c["attention"], c["n_head"], c["n_pairs"])
         assert part["command"].startswith("python -m linattn_core.mqar --preset heads ")
         if run["diverged_at"] is None:  # a diverged rate is stored too, with its step and no accuracy
             assert 0.0 <= run["final_accuracy"] <= 1.0 and run["curves"]["val_step"][-1] == c["steps"]
