@@ -25,7 +25,7 @@ AVX-512 would run).
 Its threads are its own (started per call), not torch's. Right after a torch op, torch's idle OpenMP
 workers spin for a while before they sleep (libgomp's default), on the same cores: a program that
 alternates torch ops and this kernel can set ``OMP_WAIT_POLICY=PASSIVE`` before torch loads, as the test
-suite and the benchmark (:mod:`linattn_core.tools.bench`) do.
+suite and the benchmark's non-causal pass (:func:`linattn_core.tools.bench.noncausal.measure_apart`) do.
 
 >>> from linattn_core.fast import kernel
 >>> kernel.isas()          # doctest: +SKIP

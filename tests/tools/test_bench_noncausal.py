@@ -5,8 +5,6 @@ asserted: a tiny pass checks the plumbing, and the targets are read from timings
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 
 import pytest
 from _tolerances import assert_close
@@ -88,22 +86,23 @@ def test_the_suite_takes_the_fraction_from_the_same_pass():
     assert t[-1].verdict == "PASS"
 
 
-@pytest.mark.parametrize(("given", "kept"), [(None, "PASSIVE"), ("ACTIVE", "ACTIVE")])
-def test_the_bench_lets_torchs_idle_workers_sleep_unless_told_otherwise(given, kept):
-    """Importing the bench before torch sets OMP_WAIT_POLICY=PASSIVE; a policy the caller set is kept, and
-    the records say which was in force."""
-    env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
+
+@needs_kernel
+@pytest.mark.parametrize(("given", "used"), [(None, "PASSIVE"), ("ACTIVE", "ACTIVE")])
+def test_the_pass_apart_runs_in_a_process_whose_idle_workers_sleep(monkeypatch, given, used):
+    """measure_apart: the same pass, from a child process under OMP_WAIT_POLICY=PASSIVE (a policy the
+    caller set is kept), every round's time carried back; this process's policy is left alone."""
+    monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
     if given is not None:
-        env["OMP_WAIT_POLICY"] = given
-    code = ("import os, linattn_core.tools.bench; from linattn_core._provenance import environment; "
-            "print(os.environ['OMP_WAIT_POLICY'], environment('cpu')['omp_wait_policy'])")
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
-    assert out.stdout.split() == [kept, kept]
+        monkeypatch.setenv("OMP_WAIT_POLICY", given)
+    p = bench_noncausal.measure_apart(256, batch_heads=2, d=8, d_v=8, threads=1, repeats=3)
+    assert p.omp_wait_policy == used and os.environ.get("OMP_WAIT_POLICY") == given
+    assert set(p.timings) == set(bench_noncausal.CALLS) and (p.N, p.d, p.threads) == (256, 8, 1)
+    assert all(len(t.times) >= 3 for t in p.timings.values())
+    assert set(p.fractions) == {"kernel", "linear_attention", "causal"}
+    assert p.to_dict()["omp_wait_policy"] == used
 
 
-def test_the_bench_leaves_the_policy_alone_once_torch_is_loaded():
-    """After torch has loaded, libgomp has read the policy: setting it then would only misreport it."""
-    env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
-    code = "import os, torch, linattn_core.tools.bench; print(os.environ.get('OMP_WAIT_POLICY', 'unset'))"
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
-    assert out.stdout.split() == ["unset"]
+def test_a_pass_apart_that_fails_says_why():
+    with pytest.raises(RuntimeError, match="N=256 failed in its process"):
+        bench_noncausal.measure_apart(256, no_such_option=1)

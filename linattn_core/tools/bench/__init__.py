@@ -43,25 +43,14 @@ blocks above the diagonal and so performs about 79% of it (77% with AVX2) at ``C
 where MKL's float32 matmul, the yardstick, may not (on AMD CPUs it uses AVX2). Both are why its
 "fraction of the matmul rate" can pass 100%.
 
-Importing this package sets ``OMP_WAIT_POLICY=PASSIVE`` when torch is not loaded yet and the variable is
-unset: torch's idle OpenMP workers then sleep at once instead of spinning, so that the kernel's threads,
-called right after a torch op, do not share their cores with them (measured: the non-causal kernel at
-N = 16,384 on 2 threads took 14.6 ms interleaved with ``torch.mm`` under the default policy and 12.4 ms
-with it). The records keep the policy in force (``omp_wait_policy``).
+The non-causal pass runs in a process of its own whose torch OpenMP workers sleep as soon as they are
+idle (``OMP_WAIT_POLICY=PASSIVE``, :func:`.noncausal.measure_apart`): under libgomp's default they spin
+for a while after each ``torch.mm`` of the pass, on the cores the kernel's threads need next (measured:
+the kernel at N = 16,384 on 2 threads took 14.6 ms interleaved under the default policy, 12.4 ms with
+it). The rest of the benchmark runs under the caller's policy, recorded as ``omp_wait_policy``.
 """
 
-import os
-import sys
-
-# torch's idle OpenMP workers spin for a while before they sleep (libgomp's default), and the benchmark
-# calls torch ops and the compiled kernel's own threads in turn: a call would then share its cores with
-# the workers of the op before it, and its time include their spinning. Workers that sleep at once make
-# each call pay for itself alone. libgomp reads the policy when torch loads, so it is set only if torch
-# is not loaded yet, and a policy already in the environment is kept.
-if "torch" not in sys.modules:
-    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-
-from .suite import Config, evaluate_targets, main, run  # after the policy: torch loads here
+from .suite import Config, evaluate_targets, main, run
 from .targets import Target
 
 __all__ = ["Config", "Target", "evaluate_targets", "main", "run"]

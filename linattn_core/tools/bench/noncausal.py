@@ -22,17 +22,19 @@ withheld where a timing behind it spread wider than its median (IQR > median).
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import subprocess
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from ..timing import Timing, noisy, num_threads, time_calls
 from .targets import NOISY, Target
 
 __all__ = ["CALLS", "FRACTION", "FROM_N", "Pass", "format_passes", "main", "matmul_side", "measure",
-           "targets"]
+           "measure_apart", "targets"]
 
 CALLS = ("kernel", "linear_attention", "causal", "matmul")
 #: from this length on, the non-causal kernel at most as slow as the causal one
@@ -61,6 +63,7 @@ class Pass:
     matmul_n: int        # the side of the matmul's squares: 2 n^3 FLOPs
     fractions: dict[str, tuple[float, float, float]]
     load: float | None   # the 1-minute load average after the pass
+    omp_wait_policy: str | None = None  # OMP_WAIT_POLICY of the process that measured it
 
     @property
     def matmul_flops(self) -> float:
@@ -76,7 +79,8 @@ class Pass:
         calls = {name: {"median_s": t.median_s, "q25_s": t.q25_s, "q75_s": t.q75_s, "repeats": t.repeats,
                         "of_matmul": self.fractions.get(name)} for name, t in self.timings.items()}
         return {"N": self.N, "batch_heads": self.batch_heads, "d": self.d, "d_v": self.d_v,
-                "threads": self.threads, "matmul_n": self.matmul_n, "load": self.load, "calls": calls}
+                "threads": self.threads, "matmul_n": self.matmul_n, "load": self.load,
+                "omp_wait_policy": self.omp_wait_policy, "calls": calls}
 
 
 def _fractions(t: Timing, mm: Timing, flops: float, matmul_flops: float) -> tuple[float, float, float]:
@@ -123,7 +127,36 @@ def measure(N: int, *, batch_heads: int = 8, d: int = 64, d_v: int = 64, threads
     fractions = {name: _fractions(timings[name], timings["matmul"], flops, 2.0 * n**3)
                  for name in ("kernel", "linear_attention", "causal")}
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
-    return Pass(N, batch_heads, d, d_v, used, timings, flops, n, fractions, load)
+    return Pass(N, batch_heads, d, d_v, used, timings, flops, n, fractions, load,
+                os.environ.get("OMP_WAIT_POLICY"))
+
+
+def measure_apart(N: int, **options: Any) -> Pass:
+    """:func:`measure` in a child process whose torch OpenMP workers sleep as soon as they are idle
+    (``OMP_WAIT_POLICY=PASSIVE``, unless the caller's environment sets a policy).
+
+    The pass calls ``torch.mm`` and the kernel in turn. Under libgomp's default, torch's idle workers
+    spin for a while after each product, on the cores the kernel's own threads then need, and the
+    kernel's time would include that spinning (measured at N = 16,384 on 2 threads: 14.6 ms against
+    12.4 ms). The policy is read when torch loads, hence the fresh process; the rest of the benchmark
+    keeps the caller's policy, since its models are torch ops through and through."""
+    env = {**os.environ, "OMP_WAIT_POLICY": os.environ.get("OMP_WAIT_POLICY", "PASSIVE")}
+    code = "import sys; from linattn_core.tools.bench.noncausal import _child; _child(sys.argv[1:])"
+    done = subprocess.run([sys.executable, "-c", code, str(N), json.dumps(options)], env=env,
+                          capture_output=True, text=True)
+    if done.returncode != 0:
+        raise RuntimeError(f"the non-causal pass at N={N} failed in its process:\n{done.stderr[-2000:]}")
+    d = json.loads(done.stdout.splitlines()[-1])
+    timings = {name: Timing(**{**t, "times": tuple(t["times"])}) for name, t in d.pop("timings").items()}
+    fractions = {name: tuple(f) for name, f in d.pop("fractions").items()}
+    return Pass(**d, timings=timings, fractions=fractions)
+
+
+def _child(argv: Sequence[str]) -> None:
+    # measure_apart's process: one pass, printed whole (every round's time) as one line of JSON
+    p = measure(int(argv[0]), **json.loads(argv[1]))
+    d = asdict(p)
+    print(json.dumps(d))
 
 
 def targets(passes: Sequence[Pass]) -> list[Target]:
@@ -185,12 +218,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=30, help="interleaved blocks per call at least")
     parser.add_argument("--batch-heads", type=int, default=8)
     args = parser.parse_args(argv)
-    passes = [measure(N, batch_heads=args.batch_heads, threads=args.threads, repeats=args.repeats)
+    passes = [measure_apart(N, batch_heads=args.batch_heads, threads=args.threads, repeats=args.repeats)
               for N in args.lengths]
     p = passes[0]
     print(f"non-causal kernel, causal kernel and a matmul of the same FLOPs, interleaved (float32, elu+1, "
           f"{p.batch_heads} sequences, d = d_v = {p.d}, {p.threads} threads; load average after the last "
-          f"pass {passes[-1].load}; OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY', 'unset')})")
+          f"pass {passes[-1].load}; each pass in its own process, OMP_WAIT_POLICY={p.omp_wait_policy})")
     print(format_passes(passes))
     print("\nTargets (reported, not tested):")
     print(format_targets(targets(passes)))

@@ -298,9 +298,9 @@ def run(config: Config, *, device: Any = None, progress: bool | None = None,
 
         same_pass = []
         if "forward" in parts and NONCAUSAL_FRACTION[0] in config.lengths and "compiled" in kernel:
-            same_pass.append(bench_noncausal.measure(NONCAUSAL_FRACTION[0], batch_heads=config.batch_heads,
-                                                     d=config.d, d_v=config.d_v, threads=config.threads,
-                                                     repeats=config.repeats))
+            same_pass.append(bench_noncausal.measure_apart(
+                NONCAUSAL_FRACTION[0], batch_heads=config.batch_heads, d=config.d, d_v=config.d_v,
+                threads=config.threads, repeats=config.repeats))
         # training: forward + backward (sdpa_train, chunked_train, chunked_train_autograd; see bench_train)
         train_checks, train = {}, []
         if "training" in parts:
