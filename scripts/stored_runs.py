@@ -4,6 +4,7 @@
     python scripts/stored_runs.py mqar-sweep / mqar-seeds [--workers 2]  # recall against state size
     python scripts/stored_runs.py mqar-capacity [--workers 2]  # recall of 4, 8, 16 pairs at width 32
     python scripts/stored_runs.py mqar-heads [--workers 2]  # recall against heads at fixed parameters
+    python scripts/stored_runs.py mqar-heads-long  # its points still moving at 3,000 steps, run longer
     python scripts/stored_runs.py lm-epoch mqar-sweep mqar-seeds mqar-capacity  # all, sweeps first
 
 Each job is one ``python -m linattn_core.train`` (or ``.mqar``) process on one thread, niced, writing
@@ -141,10 +142,29 @@ def mqar_heads() -> list[tuple[list[str], Path]]:
     return jobs
 
 
+def mqar_heads_long() -> list[tuple[list[str], Path]]:
+    """Every seed of each complete point of the recall plan that was still moving at 3,000 steps
+    (:func:`stored.heads_moving`), again for ``stored.HEADS_LONG_STEPS`` at the rate its sweep chose:
+    DeltaNet's points first, then GLA's and elu+1's, the most pairs first."""
+    p = mqar.PRESETS["heads"]
+    order = ("deltanet", "gla", "elu+1", "softmax")
+    moving = sorted((key for key, point in stored.heads_points(p.kinds, p.pairs).items()
+                     if point["complete"] and stored.heads_moving(point)),
+                    key=lambda key: (order.index(key[0]), -key[2], stored.RECALL_HEADS.index(key[1])))
+    jobs = []
+    for kind, heads, pairs in moving:
+        lr = stored.heads_chosen_lr(kind, heads, pairs)
+        jobs += [(["-m", "linattn_core.mqar", "--preset", "heads", "--kinds", kind, "--n-head", str(heads),
+                   "--pairs", str(pairs), "--lr", lr, "--steps", str(stored.HEADS_LONG_STEPS), "--seeds",
+                   str(seed)], RESULTS / stored.heads_long_name(kind, heads, pairs, lr, seed))
+                 for seed in stored.RECALL_SEEDS]
+    return jobs
+
+
 PLANS = {"lm-epoch": lm_epoch, "mqar-sweep": mqar_sweep, "mqar-seeds": mqar_seeds,
-         "mqar-capacity": mqar_capacity, "mqar-heads": mqar_heads}
+         "mqar-capacity": mqar_capacity, "mqar-heads": mqar_heads, "mqar-heads-long": mqar_heads_long}
 # plans whose own order is the order to run (the others: longest jobs first)
-ORDERED = {"lm-epoch", "mqar-heads"}
+ORDERED = {"lm-epoch", "mqar-heads", "mqar-heads-long"}
 
 
 def _kind(args: list[str]) -> str:

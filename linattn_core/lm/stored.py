@@ -23,11 +23,12 @@ from pathlib import Path
 from typing import Any
 
 __all__ = ["EPOCH_BEYOND", "EPOCH_CLOSE", "EPOCH_CONTRASTS", "EPOCH_CORE", "EPOCH_LRS", "EPOCH_MORE_SEEDS",
-           "EPOCH_OTHERS", "EPOCH_SEEDS", "RECALL_HEADS", "RECALL_LRS", "RECALL_SEEDS", "RECALL_SWEEP_LRS",
-           "RECALL_SWEEP_WIDTH", "SweepIncomplete", "chosen_recall_lr", "directory", "epoch_chosen_lr",
-           "epoch_name", "epoch_runs", "epoch_sweep", "heads_best_lr", "heads_chosen_lr", "heads_name",
-           "heads_points",
-           "heads_runs", "heads_sweep", "lm_runs", "load", "names", "path", "recall_name", "recall_sweep"]
+           "EPOCH_OTHERS", "EPOCH_SEEDS", "HEADS_FLAT", "HEADS_LONG_STEPS", "RECALL_HEADS", "RECALL_LRS",
+           "RECALL_SEEDS", "RECALL_SWEEP_LRS", "RECALL_SWEEP_WIDTH", "SweepIncomplete", "chosen_recall_lr",
+           "directory", "epoch_chosen_lr", "epoch_name", "epoch_runs", "epoch_sweep", "heads_best_lr",
+           "heads_chosen_lr", "heads_long_name", "heads_long_runs", "heads_moved", "heads_moving",
+           "heads_name", "heads_points", "heads_runs", "heads_sweep", "lm_runs", "load", "names", "path",
+           "recall_name", "recall_sweep"]
 
 # The plan the stored files follow, read by scripts/stored_runs.py (which makes them), by
 # tests/lm/test_stored_runs.py (which checks them) and by the training chapter (which shows them).
@@ -74,6 +75,11 @@ EPOCH_CONTRASTS = (
 RECALL_HEADS = (4, 1, 2)  # the order the plan runs them: the two ends of the state axis first
 RECALL_LRS = EPOCH_LRS
 RECALL_SEEDS = (0, 1, 2)
+# A point whose seeds did not all flatten (one below 0.99 moved more than HEADS_FLAT over its last 1,000
+# steps) runs again, every seed, for HEADS_LONG_STEPS at the rate its 3,000-step sweep chose (not swept
+# again at the longer budget): ``mqar-long-KIND-hH-pP-lrRATE-seedS.json``.
+HEADS_FLAT = 0.02
+HEADS_LONG_STEPS = 9000
 
 
 def epoch_name(name: str, lr: str, seed: int) -> str:
@@ -211,6 +217,37 @@ def heads_points(kinds: tuple[str, ...], pairs: tuple[int, ...]
                 points[kind, heads, n] = {"sweep": sweep, "lr": lr, "runs": runs,
                                           "complete": all(s in runs for s in RECALL_SEEDS)}
     return points
+
+
+def heads_moved(run: dict[str, Any], last: int = 1000) -> float:
+    """How far a recall run's held-out accuracy moved over its last ``last`` steps; 0 for a run that ended
+    at the ceiling (0.99 or more), which has nowhere left to go."""
+    c = run["curves"]
+    if c["val_accuracy"][-1] >= 0.99:
+        return 0.0
+    end = c["val_step"][-1]
+    before = [a for t, a in zip(c["val_step"], c["val_accuracy"], strict=True) if t <= end - last]
+    if not before:
+        raise ValueError(f"the run has no evaluation {last} steps before its last (step {end})")
+    return abs(c["val_accuracy"][-1] - before[-1])
+
+
+def heads_moving(point: dict[str, Any]) -> bool:
+    """Whether a point of :func:`heads_points` was still moving when its runs stopped: a seed moved more
+    than :data:`HEADS_FLAT` over its last 1,000 steps."""
+    return any(heads_moved(run) > HEADS_FLAT for run in point["runs"].values())
+
+
+def heads_long_name(kind: str, heads: int, pairs: int, lr: str, seed: int) -> str:
+    """The file of one longer run (:data:`HEADS_LONG_STEPS`) of a point still moving at 3,000 steps:
+    ``mqar-long-KIND-hH-pP-lrRATE-seedS.json``."""
+    return f"mqar-long-{kind}-h{heads}-p{pairs}-lr{lr}-seed{seed}.json"
+
+
+def heads_long_runs(kind: str, heads: int, pairs: int) -> dict[int, dict[str, Any]]:
+    """The stored longer runs of one point of the recall plan (at its chosen rate), by seed; empty if none."""
+    prefix = f"mqar-long-{kind}-h{heads}-p{pairs}-lr{heads_chosen_lr(kind, heads, pairs)}-seed"
+    return {int(n[len(prefix):-len(".json")]): load(n)["runs"][0] for n in names(f"{prefix}*.json")}
 
 
 def lm_runs() -> dict[str, tuple[str, int | None]]:

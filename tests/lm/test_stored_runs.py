@@ -6,7 +6,10 @@
   need (one side at the other's rate; two more seeds where a gap is small);
 - recall (MQAR): the sweep of the rate at width 48 (``mqar-sweep-KIND-lrRATE.json``), then every width
   and seed of the ``state`` preset at the chosen rate (``mqar-KIND-wWIDTH-seedS.json``), and every
-  number of pairs and seed of the ``capacity`` preset (``mqar-capacity-KIND-pPAIRS-seedS.json``).
+  number of pairs and seed of the ``capacity`` preset (``mqar-capacity-KIND-pPAIRS-seedS.json``);
+  recall at fixed parameters (the ``heads`` preset, ``mqar-heads-KIND-hH-pP-lrRATE-seedS.json``: each
+  point's sweep, then its seeds), and the points still moving at 3,000 steps run for longer
+  (``mqar-long-...``, the same name after the prefix).
 
 Each file must be the current preset's run (only the rate, the length and the seed overridden, as its
 recorded command says), have run to its end on one thread with a recorded commit, and reproduce: its
@@ -16,6 +19,7 @@ ones to float32 rounding. The completeness tests say which files a plan still la
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import asdict, replace
 
@@ -85,6 +89,44 @@ def test_the_best_rate_so_far_breaks_ties_by_loss_and_skips_diverged_runs(monkey
     assert stored.heads_best_lr("x", 4, 8) is None
     sweep({})
     assert stored.heads_best_lr("x", 4, 8) is None
+
+
+def _curve(accuracies, every=250):
+    return {"curves": {"val_step": [every * (i + 1) for i in range(len(accuracies))],
+                       "val_accuracy": list(accuracies)}}
+
+
+def test_a_run_moved_by_what_its_accuracy_did_over_its_last_thousand_steps():
+    # evaluations every 250 steps: the last is compared with the one 1,000 steps before it
+    assert stored.heads_moved(_curve([0.1, 0.2, 0.3, 0.4, 0.5, 0.6])) == pytest.approx(0.4)
+    assert stored.heads_moved(_curve([0.1, 0.9, 0.5, 0.5, 0.5, 0.6])) == pytest.approx(0.3)  # not the span
+    assert stored.heads_moved(_curve([0.9, 0.8, 0.7, 0.6, 0.5])) == pytest.approx(0.4)  # down counts too
+    assert stored.heads_moved(_curve([0.1, 0.2, 0.3, 0.5, 0.99])) == 0.0  # at the ceiling: nowhere to go
+    assert stored.heads_moved(_curve([0.5, 0.5, 0.5, 0.5, 0.515])) == pytest.approx(0.015)
+    assert stored.heads_moved(_curve([0.1, 0.5, 0.9]), last=250) == pytest.approx(0.4)
+    with pytest.raises(ValueError, match="no evaluation 1000 steps before its last"):
+        stored.heads_moved(_curve([0.1, 0.2, 0.3]))  # 750 steps in all
+
+
+def test_a_point_is_moving_when_any_seed_moved_more_than_the_threshold():
+    flat, ceiling = _curve([0.5] * 5 + [0.5 + stored.HEADS_FLAT / 2]), _curve([0.1] * 5 + [1.0])
+    assert not stored.heads_moving({"runs": {0: flat, 1: ceiling}})
+    moving = _curve([0.5] * 5 + [0.5 + 2 * stored.HEADS_FLAT])
+    assert stored.heads_moving({"runs": {0: flat, 1: ceiling, 2: moving}})
+
+
+def test_the_longer_runs_of_a_point_are_read_at_its_chosen_rate(monkeypatch, tmp_path):
+    for name in ("mqar-long-x-h4-p8-lr1e-2-seed0.json", "mqar-long-x-h4-p8-lr1e-2-seed2.json",
+                 "mqar-long-x-h4-p8-lr3e-3-seed1.json", "mqar-long-x-h2-p8-lr1e-2-seed1.json",
+                 "mqar-heads-x-h4-p8-lr1e-2-seed1.json"):
+        (tmp_path / name).write_text(json.dumps({"runs": [{"name": name}]}))
+    monkeypatch.setattr(stored, "directory", lambda: tmp_path)
+    monkeypatch.setattr(stored, "heads_chosen_lr", lambda kind, heads, pairs: "1e-2")
+    runs = stored.heads_long_runs("x", 4, 8)
+    assert {s: r["name"] for s, r in runs.items()} == {0: "mqar-long-x-h4-p8-lr1e-2-seed0.json",
+                                                       2: "mqar-long-x-h4-p8-lr1e-2-seed2.json"}
+    assert stored.heads_long_runs("x", 1, 8) == {}
+    assert stored.heads_long_name("x", 4, 8, "1e-2", 0) == "mqar-long-x-h4-p8-lr1e-2-seed0.json"
 
 
 def _sweep_of(monkeypatch, losses):
@@ -202,20 +244,28 @@ def test_stored_lm_run_reproduces_its_first_losses(name, corpus, one_thread):
 @pytest.mark.parametrize("name", MQAR_FILES)
 def test_stored_recall_run_is_the_preset_run(name):
     part = stored.load(name)
-    preset_name = next((p for p in ("capacity", "heads") if name.startswith(f"mqar-{p}-")), "state")
+    longer = name.startswith("mqar-long-")  # a point of the heads plan run again, for longer
+    preset_name = "heads" if longer else next(
+        (p for p in ("capacity", "heads") if name.startswith(f"mqar-{p}-")), "state")
     preset = mqar.PRESETS[preset_name]
     (run,) = part["runs"]
     c = run["config"]
-    want = {**preset.options, "steps": preset.steps}
+    want = {**preset.options, "steps": stored.HEADS_LONG_STEPS if longer else preset.steps}
     varied = {"lr", "n_head"} if preset_name == "heads" else {"lr"}
     assert {k: c[k] for k in want if k not in varied} == {k: v for k, v in want.items() if k not in varied}
     if preset_name == "heads":  # a point of the plan at fixed parameters: its sweep, or a seed at its rate
         lr = name.split("-lr")[1].split("-seed")[0]
-        assert name == stored.heads_name(c["attention"], c["n_head"], c["n_pairs"], lr, c["seed"])
+        point = (c["attention"], c["n_head"], c["n_pairs"])
+        named = stored.heads_long_name if longer else stored.heads_name
+        assert name == named(*point, lr, c["seed"])
         assert c["n_head"] in stored.RECALL_HEADS and c["seed"] in stored.RECALL_SEEDS
         assert c["n_embd"] in preset.widths and c["lr"] == float(lr)
-        if c["seed"]:  # more seeds run at the best rate of the point's sweep (chosen, once it is complete)
-            assert lr == stored.heads_best_lr(c["attention"], c["n_head"], c["n_pairs"])
+        if longer:  # only a complete point that was still moving, at the rate its sweep chose
+            assert lr == stored.heads_chosen_lr(*point)
+            p = stored.heads_points((c["attention"],), (c["n_pairs"],))[point]
+            assert p["complete"] and stored.heads_moving(p)
+        elif c["seed"]:  # more seeds run at the best rate of the point's sweep (chosen, once it is complete)
+            assert lr == stored.heads_best_lr(*point)
         assert part["command"].startswith("python -m linattn_core.mqar --preset heads ")
         if run["diverged_at"] is None:  # a diverged rate is stored too, with its step and no accuracy
             assert 0.0 <= run["final_accuracy"] <= 1.0 and run["curves"]["val_step"][-1] == c["steps"]
