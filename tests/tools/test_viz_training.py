@@ -119,3 +119,29 @@ def test_heads_points_are_the_seed_means_per_pairs_panel_on_the_whole_plan():
     assert list(fig.layout.xaxis.tickvals) == [1, 2, 4]
     with pytest.raises(ValueError, match="heads"):
         vt.recall_heads_figure({("elu+1", 8, 4): [0.5]}, state={}, heads=(1, 2, 4), pairs=(4,))
+
+
+def _run(steps, accuracy):
+    return {"curves": {"val_step": list(steps), "val_accuracy": list(accuracy)}}
+
+
+def test_recall_curves_draw_every_run_of_every_panel_the_longer_budget_solid():
+    short = {0: _run([1000, 2000, 3000], [0.1, 0.2, 0.3]), 1: _run([1000, 2000, 3000], [0.1, 0.5, 1.0])}
+    long = {0: _run([3000, 6000, 9000], [0.2, 0.6, 0.9])}
+    panels = {"deltanet, 4 heads, 16 pairs": {"3,000 steps": short, "9,000 steps": long},
+              "gla, 4 heads, 16 pairs": {"3,000 steps": {2: short[0]}}}
+    fig = vt.recall_curves_figure(panels, chance={"gla, 4 heads, 16 pairs": 0.12}, cols=1)
+    names = [(tr.name, tr.xaxis, tr.line.dash) for tr in fig.data]
+    assert names == [("seed 0, 3,000 steps", "x", "dot"), ("seed 1, 3,000 steps", "x", "dot"),
+                     ("seed 0, 9,000 steps", "x", "solid"), ("seed 2, 3,000 steps", "x2", "solid")]
+    assert list(fig.data[2].y) == [0.2, 0.6, 0.9] and list(fig.data[2].x) == [3000, 6000, 9000]
+    assert fig.data[0].line.color == fig.data[2].line.color != fig.data[1].line.color  # a seed, one colour
+    assert [a.text for a in fig.layout.annotations][:2] == list(panels)
+    assert [sh.y0 for sh in fig.layout.shapes] == [0.12] and fig.layout.shapes[0].yref == "y2"
+    assert sum(tr.showlegend for tr in fig.data) == 4
+    again = vt.recall_curves_figure({"a": {"x": short}, "b": {"x": short}}, cols=3)
+    assert [tr.showlegend for tr in again.data] == [True, True, False, False]  # one legend entry a run
+    with pytest.raises(ValueError, match="at least one panel"):
+        vt.recall_curves_figure({})
+    with pytest.raises(ValueError, match="cols >= 1"):
+        vt.recall_curves_figure(panels, cols=0)

@@ -16,10 +16,11 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from ..style import finish, legend_below, log_axis
+from ..style import PALETTE, finish, legend_below, log_axis
 
 __all__ = ["LAYER_STYLE", "contrast_figure", "lr_sweep_figure", "recall_capacity_figure",
-           "recall_heads_figure", "recall_state_figure", "seed_curves_figure", "style_of"]
+           "recall_curves_figure", "recall_heads_figure", "recall_state_figure", "seed_curves_figure",
+           "style_of"]
 
 # colour-blind-safe (Okabe-Ito and its darker companions), one per layer; a contrast's pair shares it
 LAYER_STYLE: dict[str, tuple[str, str]] = {
@@ -260,4 +261,46 @@ def recall_heads_figure(points: Mapping[tuple[str, int, int], Sequence[float]], 
     finish(fig, title=title, alt="Recall accuracy of each layer against its number of heads at one width, "
            "one panel per number of key-value pairs: the mean of the seeds with a bar from the lowest to the "
            "highest seed, and the best accuracy that never reads a key.", height=460)
+    return legend_below(fig)
+
+
+def recall_curves_figure(panels: Mapping[str, Mapping[str, Mapping[int, Mapping[str, Any]]]], *,
+                         chance: Mapping[str, float] | None = None, cols: int = 3,
+                         title: str | None = None) -> go.Figure:
+    """Held-out recall accuracy against the step, one panel per point and one line per run: has a
+    point's curve flattened, and what did a longer run change? ``panels``: ``{panel title: {budget
+    label: {seed: run}}}`` (a run as :mod:`linattn_core.lm.mqar` stores it); each seed keeps one colour,
+    the first budget is drawn dotted and the last solid. ``chance``: ``{panel title: the best accuracy
+    that never reads a key}``."""
+    if not panels or cols < 1:
+        raise ValueError(f"need at least one panel and cols >= 1, got {len(panels)} panels and cols={cols}")
+    rows = -(-len(panels) // cols)
+    fig = make_subplots(rows=rows, cols=min(cols, len(panels)), shared_yaxes=True, horizontal_spacing=0.04,
+                        vertical_spacing=0.16 if rows > 1 else 0.0, subplot_titles=list(panels))
+    shown: set[str] = set()
+    for i, (name, budgets) in enumerate(panels.items()):
+        row, col = divmod(i, cols)
+        labels = list(budgets)
+        for j, label in enumerate(labels):
+            dash = "solid" if j == len(labels) - 1 else "dot"
+            for seed, run in sorted(budgets[label].items()):
+                c = run["curves"]
+                legend = f"seed {seed}, {label}"
+                fig.add_trace(go.Scatter(
+                    x=c["val_step"], y=c["val_accuracy"], name=legend, legendgroup=legend,
+                    showlegend=legend not in shown, mode="lines",
+                    line={"color": PALETTE[seed % len(PALETTE)], "dash": dash,
+                          "width": 2 if dash == "solid" else 1.5},
+                    hovertemplate=f"{name}<br>seed {seed}, {label}<br>step %{{x:,}}: accuracy %{{y:.3f}}"
+                                  "<extra></extra>"), row=row + 1, col=col + 1)
+                shown.add(legend)
+        if chance and name in chance:
+            fig.add_hline(y=chance[name], line_dash="dot", line_color="grey", row=row + 1, col=col + 1)
+        fig.update_xaxes(title="step" if row == rows - 1 else None, row=row + 1, col=col + 1)
+    fig.update_yaxes(range=[-0.02, 1.05])
+    for row in range(1, rows + 1):
+        fig.update_yaxes(title="recall accuracy, held out", row=row, col=1)
+    finish(fig, title=title, alt="Held-out recall accuracy against the training step, one panel per point of "
+           "the plan and one line per seed: the shorter runs dotted, the longer ones solid; the grey dotted "
+           "line is the best accuracy that never reads a key.", height=140 + 280 * rows)
     return legend_below(fig)
