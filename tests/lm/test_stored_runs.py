@@ -56,6 +56,14 @@ def test_every_recall_run_is_stored():
     assert not missing, f"not stored yet ({len(missing)}): {missing[:6]}...: python scripts/stored_runs.py"
 
 
+def test_every_point_of_the_heads_plan_is_stored():
+    preset = mqar.PRESETS["heads"]
+    points = stored.heads_points(preset.kinds, preset.pairs)
+    assert len(points) == len(preset.kinds) * len(stored.RECALL_HEADS) * len(preset.pairs)
+    missing = sorted(key for key, point in points.items() if not point["complete"])
+    assert not missing, f"not complete yet: {missing}: python scripts/stored_runs.py mqar-heads"
+
+
 def test_a_recall_point_chooses_its_most_accurate_rate_inside_its_range(monkeypatch):
     def sweep(accuracies):
         runs = {lr: {"final_accuracy": a, "final_loss": None if a is None else 1.0 - a}
