@@ -194,7 +194,11 @@ def heads_chosen_lr(kind: str, heads: int, pairs: int) -> str:
 def heads_runs(kind: str, heads: int, pairs: int, lr: str | None = None) -> dict[int, dict[str, Any]]:
     """The stored runs of one point of the recall plan at rate ``lr`` (default: the chosen one), by seed."""
     lr = heads_chosen_lr(kind, heads, pairs) if lr is None else lr
-    prefix = f"mqar-heads-{kind}-h{heads}-p{pairs}-lr{lr}-seed"
+    return _by_seed(f"mqar-heads-{kind}-h{heads}-p{pairs}-lr{lr}-seed")
+
+
+def _by_seed(prefix: str) -> dict[int, dict[str, Any]]:
+    # the one run of each stored file ``PREFIX<seed>.json``, by seed
     return {int(n[len(prefix):-len(".json")]): load(n)["runs"][0] for n in names(f"{prefix}*.json")}
 
 
@@ -246,8 +250,7 @@ def heads_long_name(kind: str, heads: int, pairs: int, lr: str, seed: int) -> st
 
 def heads_long_runs(kind: str, heads: int, pairs: int) -> dict[int, dict[str, Any]]:
     """The stored longer runs of one point of the recall plan (at its chosen rate), by seed; empty if none."""
-    prefix = f"mqar-long-{kind}-h{heads}-p{pairs}-lr{heads_chosen_lr(kind, heads, pairs)}-seed"
-    return {int(n[len(prefix):-len(".json")]): load(n)["runs"][0] for n in names(f"{prefix}*.json")}
+    return _by_seed(f"mqar-long-{kind}-h{heads}-p{pairs}-lr{heads_chosen_lr(kind, heads, pairs)}-seed")
 
 
 def lm_runs() -> dict[str, tuple[str, int | None]]:
