@@ -144,8 +144,9 @@ def mqar_heads() -> list[tuple[list[str], Path]]:
 
 def mqar_heads_long() -> list[tuple[list[str], Path]]:
     """Every seed of each complete point of the recall plan that was still moving at 3,000 steps
-    (:func:`stored.heads_moving`), again for ``stored.HEADS_LONG_STEPS`` at the rate its sweep chose:
-    DeltaNet's points first, then GLA's and elu+1's, the most pairs first."""
+    (:func:`stored.heads_moving`), again for ``stored.HEADS_LONG_STEPS`` at the rate its sweep chose (and
+    at the next lower rate where a seed diverged there: :func:`stored.heads_long_lrs`): DeltaNet's points
+    first, then GLA's and elu+1's, the most pairs first."""
     p = mqar.PRESETS["heads"]
     order = ("deltanet", "gla", "elu+1", "softmax")
     moving = sorted((key for key, point in stored.heads_points(p.kinds, p.pairs).items()
@@ -153,11 +154,10 @@ def mqar_heads_long() -> list[tuple[list[str], Path]]:
                     key=lambda key: (order.index(key[0]), -key[2], stored.RECALL_HEADS.index(key[1])))
     jobs = []
     for kind, heads, pairs in moving:
-        lr = stored.heads_chosen_lr(kind, heads, pairs)
         jobs += [(["-m", "linattn_core.mqar", "--preset", "heads", "--kinds", kind, "--n-head", str(heads),
                    "--pairs", str(pairs), "--lr", lr, "--steps", str(stored.HEADS_LONG_STEPS), "--seeds",
                    str(seed)], RESULTS / stored.heads_long_name(kind, heads, pairs, lr, seed))
-                 for seed in stored.RECALL_SEEDS]
+                 for lr in stored.heads_long_lrs(kind, heads, pairs) for seed in stored.RECALL_SEEDS]
     return jobs
 
 

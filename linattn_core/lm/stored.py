@@ -26,9 +26,9 @@ __all__ = ["EPOCH_BEYOND", "EPOCH_CLOSE", "EPOCH_CONTRASTS", "EPOCH_CORE", "EPOC
            "EPOCH_OTHERS", "EPOCH_SEEDS", "HEADS_FLAT", "HEADS_LONG_STEPS", "RECALL_HEADS", "RECALL_LRS",
            "RECALL_SEEDS", "RECALL_SWEEP_LRS", "RECALL_SWEEP_WIDTH", "SweepIncomplete", "chosen_recall_lr",
            "directory", "epoch_chosen_lr", "epoch_name", "epoch_runs", "epoch_sweep", "heads_best_lr",
-           "heads_chosen_lr", "heads_long_name", "heads_long_runs", "heads_moved", "heads_moving",
-           "heads_name", "heads_points", "heads_runs", "heads_sweep", "lm_runs", "load", "names", "path",
-           "recall_name", "recall_sweep"]
+           "heads_chosen_lr", "heads_long_lrs", "heads_long_name", "heads_long_runs", "heads_moved",
+           "heads_moving", "heads_name", "heads_points", "heads_runs", "heads_sweep", "lm_runs", "load",
+           "names", "path", "recall_name", "recall_sweep"]
 
 # The plan the stored files follow, read by scripts/stored_runs.py (which makes them), by
 # tests/lm/test_stored_runs.py (which checks them) and by the training chapter (which shows them).
@@ -77,7 +77,8 @@ RECALL_LRS = EPOCH_LRS
 RECALL_SEEDS = (0, 1, 2)
 # A point whose seeds did not all flatten (one below 0.99 moved more than HEADS_FLAT over its last 1,000
 # steps) runs again, every seed, for HEADS_LONG_STEPS at the rate its 3,000-step sweep chose (not swept
-# again at the longer budget): ``mqar-long-KIND-hH-pP-lrRATE-seedS.json``.
+# again at the longer budget; where a seed diverges there, every seed again at the next lower rate:
+# heads_long_lrs): ``mqar-long-KIND-hH-pP-lrRATE-seedS.json``.
 HEADS_FLAT = 0.02
 HEADS_LONG_STEPS = 9000
 
@@ -248,9 +249,28 @@ def heads_long_name(kind: str, heads: int, pairs: int, lr: str, seed: int) -> st
     return f"mqar-long-{kind}-h{heads}-p{pairs}-lr{lr}-seed{seed}.json"
 
 
-def heads_long_runs(kind: str, heads: int, pairs: int) -> dict[int, dict[str, Any]]:
-    """The stored longer runs of one point of the recall plan (at its chosen rate), by seed; empty if none."""
-    return _by_seed(f"mqar-long-{kind}-h{heads}-p{pairs}-lr{heads_chosen_lr(kind, heads, pairs)}-seed")
+def heads_long_runs(kind: str, heads: int, pairs: int, lr: str | None = None) -> dict[int, dict[str, Any]]:
+    """The stored longer runs of one point of the recall plan at rate ``lr`` (default: the rate its
+    3,000-step sweep chose), by seed; empty if none."""
+    lr = heads_chosen_lr(kind, heads, pairs) if lr is None else lr
+    return _by_seed(f"mqar-long-{kind}-h{heads}-p{pairs}-lr{lr}-seed")
+
+
+def heads_long_lrs(kind: str, heads: int, pairs: int) -> list[str]:
+    """The rates one point's longer runs go at, in order: the rate its 3,000-step sweep chose, then,
+    each time every seed is stored at the last rate and one of them diverged, the next lower rate of the
+    sweeps' ladder (:data:`RECALL_LRS` and the rates past its edges). A seed lost to divergence leaves no
+    reading of the point, and a lower rate is the usual cure; the last rate is the one to read."""
+    ladder = sorted({*RECALL_LRS, *EPOCH_BEYOND, *EPOCH_BEYOND.values()}, key=float)
+    rates = [heads_chosen_lr(kind, heads, pairs)]
+    while True:
+        runs = heads_long_runs(kind, heads, pairs, rates[-1])
+        complete = all(s in runs for s in RECALL_SEEDS)
+        lost = complete and any(r["final_accuracy"] is None for r in runs.values())
+        lower = [lr for lr in ladder if float(lr) < float(rates[-1])]
+        if not (lost and lower):
+            return rates
+        rates.append(lower[-1])
 
 
 def lm_runs() -> dict[str, tuple[str, int | None]]:

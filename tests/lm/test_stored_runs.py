@@ -137,6 +137,33 @@ def test_the_longer_runs_of_a_point_are_read_at_its_chosen_rate(monkeypatch, tmp
     assert stored.heads_long_name("x", 4, 8, "1e-2", 0) == "mqar-long-x-h4-p8-lr1e-2-seed0.json"
 
 
+def test_a_longer_point_that_lost_a_seed_goes_again_at_the_next_lower_rate(monkeypatch, tmp_path):
+    def store(lr, seed, accuracy):
+        name = stored.heads_long_name("x", 4, 8, lr, seed)
+        (tmp_path / name).write_text(json.dumps({"runs": [{"final_accuracy": accuracy}]}))
+
+    monkeypatch.setattr(stored, "directory", lambda: tmp_path)
+    monkeypatch.setattr(stored, "heads_chosen_lr", lambda kind, heads, pairs: "1e-2")
+    assert stored.heads_long_lrs("x", 4, 8) == ["1e-2"]  # nothing stored: the chosen rate
+    store("1e-2", 0, None)
+    store("1e-2", 1, 0.5)
+    assert stored.heads_long_lrs("x", 4, 8) == ["1e-2"]  # a seed lost, but the point not complete yet
+    store("1e-2", 2, 0.4)
+    assert stored.heads_long_lrs("x", 4, 8) == ["1e-2", "3e-3"]
+    for seed in stored.RECALL_SEEDS:
+        store("3e-3", seed, 0.6)
+    assert stored.heads_long_lrs("x", 4, 8) == ["1e-2", "3e-3"]  # every seed finite: read this one
+    store("3e-3", 1, None)
+    assert stored.heads_long_lrs("x", 4, 8) == ["1e-2", "3e-3", "1e-3"]  # down the ladder again
+    for seed in stored.RECALL_SEEDS:  # past the sweep's low edge, to the rate beyond it
+        store("1e-3", seed, None if seed == 2 else 0.6)
+    assert stored.heads_long_lrs("x", 4, 8) == ["1e-2", "3e-3", "1e-3", "3e-4"]
+    monkeypatch.setattr(stored, "heads_chosen_lr", lambda kind, heads, pairs: "1e-5")
+    for seed in stored.RECALL_SEEDS:  # the bottom of the ladder: nothing lower to try
+        store("1e-5", seed, None)
+    assert stored.heads_long_lrs("x", 4, 8) == ["1e-5"]
+
+
 def _sweep_of(monkeypatch, losses):
     runs = {lr: {"final_val_loss": v, "diverged_at": None if v is not None else 5}
             for lr, v in losses.items()}
@@ -268,8 +295,8 @@ def test_stored_recall_run_is_the_preset_run(name):
         assert name == named(*point, lr, c["seed"])
         assert c["n_head"] in stored.RECALL_HEADS and c["seed"] in stored.RECALL_SEEDS
         assert c["n_embd"] in preset.widths and c["lr"] == float(lr)
-        if longer:  # only a complete point that was still moving, at the rate its sweep chose
-            assert lr == stored.heads_chosen_lr(*point)
+        if longer:  # only a complete point that was still moving, at the rate its sweep chose (or lower)
+            assert lr in stored.heads_long_lrs(*point)
             p = stored.heads_points((c["attention"],), (c["n_pairs"],))[point]
             assert p["complete"] and stored.heads_moving(p)
         elif c["seed"]:  # more seeds run at the best rate of the point's sweep (chosen, once it is complete)
