@@ -141,6 +141,9 @@ def test_recall_curves_draw_every_run_of_every_panel_the_longer_budget_solid():
     assert sum(tr.showlegend for tr in fig.data) == 4
     again = vt.recall_curves_figure({"a": {"x": short}, "b": {"x": short}}, cols=3)
     assert [tr.showlegend for tr in again.data] == [True, True, False, False]  # one legend entry a run
+    three = vt.recall_curves_figure({"a": {"x": short}, "b": {"x": short}, "c": {"x": short}}, cols=2)
+    titled = [bool(three.layout[f"xaxis{i}"].title.text) for i in ("", "2", "3")]
+    assert titled == [False, True, True]  # a step axis under the last panel of each column
     with pytest.raises(ValueError, match="at least one panel"):
         vt.recall_curves_figure({})
     with pytest.raises(ValueError, match="cols >= 1"):

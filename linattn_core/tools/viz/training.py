@@ -296,7 +296,8 @@ def recall_curves_figure(panels: Mapping[str, Mapping[str, Mapping[int, Mapping[
                 shown.add(legend)
         if chance and name in chance:
             fig.add_hline(y=chance[name], line_dash="dot", line_color="grey", row=row + 1, col=col + 1)
-        fig.update_xaxes(title="step" if row == rows - 1 else None, row=row + 1, col=col + 1)
+        bottom = i + cols >= len(panels)  # no panel below this one in its column
+        fig.update_xaxes(title="step" if bottom else None, row=row + 1, col=col + 1)
     fig.update_yaxes(range=[-0.02, 1.05])
     for row in range(1, rows + 1):
         fig.update_yaxes(title="recall accuracy, held out", row=row, col=1)
