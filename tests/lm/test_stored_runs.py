@@ -64,6 +64,16 @@ def test_every_point_of_the_heads_plan_is_stored():
     assert not missing, f"not complete yet: {missing}: python scripts/stored_runs.py mqar-heads"
 
 
+def test_every_point_still_moving_has_its_longer_runs_at_each_rate_of_its_ladder():
+    preset = mqar.PRESETS["heads"]
+    points = stored.heads_points(preset.kinds, preset.pairs)
+    moving = [key for key, point in points.items() if stored.heads_moving(point)]
+    assert moving  # the plan has points to run longer, and this test something to check
+    missing = [(key, lr) for key in moving for lr in stored.heads_long_lrs(*key)
+               if sorted(stored.heads_long_runs(*key, lr)) != list(stored.RECALL_SEEDS)]
+    assert not missing, f"not stored yet: {missing}: python scripts/stored_runs.py mqar-heads-long"
+
+
 def test_a_recall_point_chooses_its_most_accurate_rate_inside_its_range(monkeypatch):
     def sweep(accuracies):
         runs = {lr: {"final_accuracy": a, "final_loss": None if a is None else 1.0 - a}
