@@ -275,8 +275,11 @@ def recall_curves_figure(panels: Mapping[str, Mapping[str, Mapping[int, Mapping[
     if not panels or cols < 1:
         raise ValueError(f"need at least one panel and cols >= 1, got {len(panels)} panels and cols={cols}")
     rows = -(-len(panels) // cols)
+    # about 100 px between rows (a panel's tick labels and the next one's title) whatever the number of
+    # rows: the spacing is a fraction of the figure's height
     fig = make_subplots(rows=rows, cols=min(cols, len(panels)), shared_yaxes=True, horizontal_spacing=0.04,
-                        vertical_spacing=0.16 if rows > 1 else 0.0, subplot_titles=list(panels))
+                        vertical_spacing=min(0.16, 100 / (280 * rows)) if rows > 1 else 0.0,
+                        subplot_titles=list(panels))
     shown: set[str] = set()
     for i, (name, budgets) in enumerate(panels.items()):
         row, col = divmod(i, cols)
