@@ -144,6 +144,9 @@ def test_recall_curves_draw_every_run_of_every_panel_the_longer_budget_solid():
     three = vt.recall_curves_figure({"a": {"x": short}, "b": {"x": short}, "c": {"x": short}}, cols=2)
     titled = [bool(three.layout[f"xaxis{i}"].title.text) for i in ("", "2", "3")]
     assert titled == [False, True, True]  # a step axis under the last panel of each column
+    many = vt.recall_curves_figure({f"p{i}": {"x": short} for i in range(13)}, cols=2)  # seven rows
+    spans = [(a.domain[1] - a.domain[0]) * many.layout.height for a in many.select_yaxes()]
+    assert len(spans) == 14 and min(spans) > 150  # every panel keeps room to read, at any number of rows
     with pytest.raises(ValueError, match="at least one panel"):
         vt.recall_curves_figure({})
     with pytest.raises(ValueError, match="cols >= 1"):
