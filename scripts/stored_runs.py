@@ -4,7 +4,7 @@
     python scripts/stored_runs.py mqar-sweep / mqar-seeds [--workers 2]  # recall against state size
     python scripts/stored_runs.py mqar-capacity [--workers 2]  # recall of 4, 8, 16 pairs at width 32
     python scripts/stored_runs.py mqar-heads [--workers 2]  # recall against heads at fixed parameters
-    python scripts/stored_runs.py mqar-heads-long  # its points still moving at 3,000 steps, run longer
+    python scripts/stored_runs.py mqar-heads-long  # its points not settled at 3,000 steps, run longer
     python scripts/stored_runs.py lm-epoch mqar-sweep mqar-seeds mqar-capacity  # all, sweeps first
 
 Each job is one ``python -m linattn_core.train`` (or ``.mqar``) process on one thread, niced, writing
@@ -143,21 +143,23 @@ def mqar_heads() -> list[tuple[list[str], Path]]:
 
 
 def mqar_heads_long() -> list[tuple[list[str], Path]]:
-    """Every seed of each complete point of the recall plan that was still moving at 3,000 steps
-    (:func:`stored.heads_moving`), again for ``stored.HEADS_LONG_STEPS`` at the rate its sweep chose (and
-    at the next lower rate where a seed diverged there: :func:`stored.heads_long_lrs`): DeltaNet's points
-    first, then GLA's and elu+1's, the most pairs first."""
+    """Every seed of each point of the recall plan that runs for longer (:func:`stored.heads_long_points`):
+    first the points still moving at ``stored.HEADS_LONG_STEPS`` for ``stored.HEADS_LONGER_STEPS`` (the
+    longest jobs), then each point not settled at 3,000 steps for ``stored.HEADS_LONG_STEPS``, DeltaNet's
+    first, then GLA's and elu+1's, the most pairs first; each at the rate of its budget, and one rate
+    lower where a seed diverged there (:func:`stored.heads_long_lrs`)."""
     p = mqar.PRESETS["heads"]
     order = ("deltanet", "gla", "elu+1", "softmax")
-    moving = sorted((key for key, point in stored.heads_points(p.kinds, p.pairs).items()
-                     if point["complete"] and stored.heads_moving(point)),
-                    key=lambda key: (order.index(key[0]), -key[2], stored.RECALL_HEADS.index(key[1])))
     jobs = []
-    for kind, heads, pairs in moving:
-        jobs += [(["-m", "linattn_core.mqar", "--preset", "heads", "--kinds", kind, "--n-head", str(heads),
-                   "--pairs", str(pairs), "--lr", lr, "--steps", str(stored.HEADS_LONG_STEPS), "--seeds",
-                   str(seed)], RESULTS / stored.heads_long_name(kind, heads, pairs, lr, seed))
-                 for lr in stored.heads_long_lrs(kind, heads, pairs) for seed in stored.RECALL_SEEDS]
+    for steps in (stored.HEADS_LONGER_STEPS, stored.HEADS_LONG_STEPS):
+        points = sorted(stored.heads_long_points(p.kinds, p.pairs, steps),
+                        key=lambda key: (order.index(key[0]), -key[2], stored.RECALL_HEADS.index(key[1])))
+        for kind, heads, pairs in points:
+            for lr in stored.heads_long_lrs(kind, heads, pairs, steps):
+                jobs += [(["-m", "linattn_core.mqar", "--preset", "heads", "--kinds", kind, "--n-head",
+                           str(heads), "--pairs", str(pairs), "--lr", lr, "--steps", str(steps), "--seeds",
+                           str(seed)], RESULTS / stored.heads_long_name(kind, heads, pairs, lr, seed, steps))
+                         for seed in stored.RECALL_SEEDS]
     return jobs
 
 

@@ -23,11 +23,12 @@ from pathlib import Path
 from typing import Any
 
 __all__ = ["EPOCH_BEYOND", "EPOCH_CLOSE", "EPOCH_CONTRASTS", "EPOCH_CORE", "EPOCH_LRS", "EPOCH_MORE_SEEDS",
-           "EPOCH_OTHERS", "EPOCH_SEEDS", "HEADS_FLAT", "HEADS_LONG_STEPS", "RECALL_HEADS", "RECALL_LRS",
-           "RECALL_SEEDS", "RECALL_SWEEP_LRS", "RECALL_SWEEP_WIDTH", "SweepIncomplete", "chosen_recall_lr",
-           "directory", "epoch_chosen_lr", "epoch_name", "epoch_runs", "epoch_sweep", "heads_best_lr",
-           "heads_chosen_lr", "heads_long_lrs", "heads_long_name", "heads_long_runs", "heads_moved",
-           "heads_moving", "heads_name", "heads_points", "heads_runs", "heads_sweep", "lm_runs", "load",
+           "EPOCH_OTHERS", "EPOCH_SEEDS", "HEADS_FLAT", "HEADS_LONGER_STEPS", "HEADS_LONG_STEPS",
+           "HEADS_SETTLED", "RECALL_HEADS", "RECALL_LRS", "RECALL_SEEDS", "RECALL_SWEEP_LRS",
+           "RECALL_SWEEP_WIDTH", "SweepIncomplete", "chosen_recall_lr", "directory", "epoch_chosen_lr",
+           "epoch_name", "epoch_runs", "epoch_sweep", "heads_best_lr", "heads_chosen_lr", "heads_long_lrs",
+           "heads_long_name", "heads_long_points", "heads_long_runs", "heads_moved", "heads_moving",
+           "heads_name", "heads_points", "heads_runs", "heads_sweep", "heads_unsettled", "lm_runs", "load",
            "names", "path", "recall_name", "recall_sweep"]
 
 # The plan the stored files follow, read by scripts/stored_runs.py (which makes them), by
@@ -75,12 +76,18 @@ EPOCH_CONTRASTS = (
 RECALL_HEADS = (4, 1, 2)  # the order the plan runs them: the two ends of the state axis first
 RECALL_LRS = EPOCH_LRS
 RECALL_SEEDS = (0, 1, 2)
-# A point whose seeds did not all flatten (one below 0.99 moved more than HEADS_FLAT over its last 1,000
-# steps) runs again, every seed, for HEADS_LONG_STEPS at the rate its 3,000-step sweep chose (not swept
-# again at the longer budget; where a seed diverges there, every seed again at the next lower rate:
-# heads_long_lrs): ``mqar-long-KIND-hH-pP-lrRATE-seedS.json``.
+# A point not settled at 3,000 steps (a seed below 0.99 moved more than HEADS_FLAT over its last 1,000
+# steps, or a seed ended below HEADS_SETTLED: the longer runs showed that a seed far below the ceiling
+# can sit on a plateau for more than 1,000 steps and then rise) runs again, every seed, for
+# HEADS_LONG_STEPS at the rate its 3,000-step sweep chose (not swept again at the longer budget; where a
+# seed diverges there, every seed again at the next lower rate: heads_long_lrs):
+# ``mqar-long-KIND-hH-pP-lrRATE-seedS.json``. A point still moving at HEADS_LONG_STEPS runs once more,
+# for HEADS_LONGER_STEPS (the cap), at the rate it was read at: ``mqar-longer-...``.
 HEADS_FLAT = 0.02
+HEADS_SETTLED = 0.95
 HEADS_LONG_STEPS = 9000
+HEADS_LONGER_STEPS = 18000
+_LONG_PREFIX = {HEADS_LONG_STEPS: "mqar-long", HEADS_LONGER_STEPS: "mqar-longer"}
 
 
 def epoch_name(name: str, lr: str, seed: int) -> str:
@@ -243,34 +250,85 @@ def heads_moving(point: dict[str, Any]) -> bool:
     return any(heads_moved(run) > HEADS_FLAT for run in point["runs"].values())
 
 
-def heads_long_name(kind: str, heads: int, pairs: int, lr: str, seed: int) -> str:
-    """The file of one longer run (:data:`HEADS_LONG_STEPS`) of a point still moving at 3,000 steps:
-    ``mqar-long-KIND-hH-pP-lrRATE-seedS.json``."""
-    return f"mqar-long-{kind}-h{heads}-p{pairs}-lr{lr}-seed{seed}.json"
+def heads_unsettled(point: dict[str, Any]) -> bool:
+    """Whether a complete point of :func:`heads_points` runs again for longer: a seed still moving
+    (:func:`heads_moving`), diverged, or ended below :data:`HEADS_SETTLED`."""
+    # a diverged run has no curve to the end, so it is read first
+    low = any(run["final_accuracy"] is None or run["final_accuracy"] < HEADS_SETTLED
+              for run in point["runs"].values())
+    return low or heads_moving(point)
 
 
-def heads_long_runs(kind: str, heads: int, pairs: int, lr: str | None = None) -> dict[int, dict[str, Any]]:
-    """The stored longer runs of one point of the recall plan at rate ``lr`` (default: the rate its
-    3,000-step sweep chose), by seed; empty if none."""
-    lr = heads_chosen_lr(kind, heads, pairs) if lr is None else lr
-    return _by_seed(f"mqar-long-{kind}-h{heads}-p{pairs}-lr{lr}-seed")
+def _check_budget(steps: int) -> int:
+    if steps not in _LONG_PREFIX:
+        raise ValueError(f"steps must be one of the longer budgets {sorted(_LONG_PREFIX)}, got {steps!r}")
+    return steps
 
 
-def heads_long_lrs(kind: str, heads: int, pairs: int) -> list[str]:
-    """The rates one point's longer runs go at, in order: the rate its 3,000-step sweep chose, then,
-    each time every seed is stored at the last rate and one of them diverged, the next lower rate of the
-    sweeps' ladder (:data:`RECALL_LRS` and the rates past its edges). A seed lost to divergence leaves no
-    reading of the point, and a lower rate is the usual cure; the last rate is the one to read."""
+def _budget_before(steps: int) -> int | None:
+    # the longer budget before ``steps`` (None for the first)
+    return max((b for b in _LONG_PREFIX if b < _check_budget(steps)), default=None)
+
+
+def heads_long_name(kind: str, heads: int, pairs: int, lr: str, seed: int,
+                    steps: int = HEADS_LONG_STEPS) -> str:
+    """The file of one longer run of a point of the recall plan: ``mqar-long-KIND-hH-pP-lrRATE-seedS.json``
+    (:data:`HEADS_LONG_STEPS`) or ``mqar-longer-...`` (:data:`HEADS_LONGER_STEPS`)."""
+    return f"{_LONG_PREFIX[_check_budget(steps)]}-{kind}-h{heads}-p{pairs}-lr{lr}-seed{seed}.json"
+
+
+def _long_start(kind: str, heads: int, pairs: int, steps: int) -> str:
+    # the first rate of a budget: the 3,000-step sweep's choice, then the rate the budget before was read at
+    before = _budget_before(steps)
+    if before is None:
+        return heads_chosen_lr(kind, heads, pairs)
+    return heads_long_lrs(kind, heads, pairs, before)[-1]
+
+
+def heads_long_runs(kind: str, heads: int, pairs: int, lr: str | None = None,
+                    steps: int = HEADS_LONG_STEPS) -> dict[int, dict[str, Any]]:
+    """The stored longer runs (``steps``) of one point of the recall plan at rate ``lr`` (default: the
+    first rate of that budget: :func:`heads_long_lrs`), by seed; empty if none."""
+    lr = _long_start(kind, heads, pairs, steps) if lr is None else lr
+    return _by_seed(heads_long_name(kind, heads, pairs, lr, 0, steps)[: -len("0.json")])
+
+
+def heads_long_lrs(kind: str, heads: int, pairs: int, steps: int = HEADS_LONG_STEPS) -> list[str]:
+    """The rates one point's longer runs of ``steps`` go at, in order. The first: for
+    :data:`HEADS_LONG_STEPS` the rate its 3,000-step sweep chose, for :data:`HEADS_LONGER_STEPS` the rate
+    its runs of 9,000 steps were read at. Then, each time every seed is stored at the last rate and one
+    of them diverged, the next lower rate of the sweeps' ladder (:data:`RECALL_LRS` and the rates past
+    its edges). A seed lost to divergence leaves no reading of the point, and a lower rate is the usual
+    cure; the last rate is the one to read."""
     ladder = sorted({*RECALL_LRS, *EPOCH_BEYOND, *EPOCH_BEYOND.values()}, key=float)
-    rates = [heads_chosen_lr(kind, heads, pairs)]
+    rates = [_long_start(kind, heads, pairs, steps)]
     while True:
-        runs = heads_long_runs(kind, heads, pairs, rates[-1])
+        runs = heads_long_runs(kind, heads, pairs, rates[-1], steps)
         complete = all(s in runs for s in RECALL_SEEDS)
         lost = complete and any(r["final_accuracy"] is None for r in runs.values())
         lower = [lr for lr in ladder if float(lr) < float(rates[-1])]
         if not (lost and lower):
             return rates
         rates.append(lower[-1])
+
+
+def heads_long_points(kinds: tuple[str, ...], pairs: tuple[int, ...], steps: int = HEADS_LONG_STEPS
+                      ) -> list[tuple[str, int, int]]:
+    """The points ``(kind, heads, pairs)`` that run for ``steps``: for :data:`HEADS_LONG_STEPS` every
+    complete point not settled at 3,000 steps (:func:`heads_unsettled`); for :data:`HEADS_LONGER_STEPS`
+    every one of those whose longer runs are all stored at the rate they are read at and still moving
+    there (a seed that diverged at the ladder's end is left out of that test)."""
+    before = _budget_before(steps)
+    if before is None:
+        return [key for key, point in heads_points(kinds, pairs).items()
+                if point["complete"] and heads_unsettled(point)]
+    moving = []
+    for key in heads_long_points(kinds, pairs, before):
+        runs = heads_long_runs(*key, heads_long_lrs(*key, before)[-1], before)
+        finite = {s: r for s, r in runs.items() if r["final_accuracy"] is not None}
+        if all(s in runs for s in RECALL_SEEDS) and heads_moving({"runs": finite}):
+            moving.append(key)
+    return moving
 
 
 def lm_runs() -> dict[str, tuple[str, int | None]]:

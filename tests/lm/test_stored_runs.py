@@ -8,8 +8,9 @@
   and seed of the ``state`` preset at the chosen rate (``mqar-KIND-wWIDTH-seedS.json``), and every
   number of pairs and seed of the ``capacity`` preset (``mqar-capacity-KIND-pPAIRS-seedS.json``);
   recall at fixed parameters (the ``heads`` preset, ``mqar-heads-KIND-hH-pP-lrRATE-seedS.json``: each
-  point's sweep, then its seeds), and the points still moving at 3,000 steps run for longer
-  (``mqar-long-...``, the same name after the prefix).
+  point's sweep, then its seeds), the points not settled at 3,000 steps run for longer
+  (``mqar-long-...``, 9,000 steps, the same name after the prefix), and those still moving there
+  longer again (``mqar-longer-...``, 18,000 steps).
 
 Each file must be the current preset's run (only the rate, the length and the seed overridden, as its
 recorded command says), have run to its end on one thread with a recorded commit, and reproduce: its
@@ -64,49 +65,23 @@ def test_every_point_of_the_heads_plan_is_stored():
     assert not missing, f"not complete yet: {missing}: python scripts/stored_runs.py mqar-heads"
 
 
-def test_every_point_still_moving_has_its_longer_runs_at_each_rate_of_its_ladder():
+@pytest.mark.parametrize("steps", [stored.HEADS_LONG_STEPS, stored.HEADS_LONGER_STEPS])
+def test_every_point_that_runs_longer_has_its_runs_at_each_rate_of_its_ladder(steps):
     preset = mqar.PRESETS["heads"]
-    points = stored.heads_points(preset.kinds, preset.pairs)
-    moving = [key for key, point in points.items() if stored.heads_moving(point)]
-    assert moving  # the plan has points to run longer, and this test something to check
-    missing = [(key, lr) for key in moving for lr in stored.heads_long_lrs(*key)
-               if sorted(stored.heads_long_runs(*key, lr)) != list(stored.RECALL_SEEDS)]
+    points = stored.heads_long_points(preset.kinds, preset.pairs, steps)
+    assert points  # the plan has points to run longer, and this test something to check
+    missing = [(key, lr) for key in points for lr in stored.heads_long_lrs(*key, steps)
+               if sorted(stored.heads_long_runs(*key, lr, steps)) != list(stored.RECALL_SEEDS)]
     assert not missing, f"not stored yet: {missing}: python scripts/stored_runs.py mqar-heads-long"
 
 
-def test_a_recall_point_chooses_its_most_accurate_rate_inside_its_range(monkeypatch):
-    def sweep(accuracies):
-        runs = {lr: {"final_accuracy": a, "final_loss": None if a is None else 1.0 - a}
-                for lr, a in accuracies.items()}
-        monkeypatch.setattr(stored, "heads_sweep", lambda kind, heads, pairs: runs)
-
-    sweep({"1e-3": 0.2, "3e-3": 0.9})
-    with pytest.raises(stored.SweepIncomplete) as missing:
-        stored.heads_chosen_lr("x", 4, 8)
-    assert missing.value.rates == ("1e-2", "3e-2")
-    sweep({"1e-3": 0.2, "3e-3": 0.5, "1e-2": 0.7, "3e-2": 0.95})
-    with pytest.raises(stored.SweepIncomplete) as edge:
-        stored.heads_chosen_lr("x", 4, 8)
-    assert edge.value.rates == ("1e-1",)
-    sweep({"1e-3": 0.2, "3e-3": 0.5, "1e-2": 0.7, "3e-2": 0.95, "1e-1": None})  # diverged past the edge
-    assert stored.heads_chosen_lr("x", 4, 8) == "3e-2"
-    sweep({"1e-3": 0.2, "3e-3": 1.0, "1e-2": 0.99, "3e-2": None})
-    assert stored.heads_chosen_lr("x", 4, 8) == "3e-3"
-
-
-def test_the_best_rate_so_far_breaks_ties_by_loss_and_skips_diverged_runs(monkeypatch):
-    def sweep(runs):  # {rate: (final accuracy, final loss)}
-        runs = {lr: {"final_accuracy": a, "final_loss": loss} for lr, (a, loss) in runs.items()}
-        monkeypatch.setattr(stored, "heads_sweep", lambda kind, heads, pairs: runs)
-
-    sweep({"1e-3": (1.0, 0.02), "3e-3": (1.0, 0.01), "1e-2": (None, None)})
-    assert stored.heads_best_lr("x", 4, 8) == "3e-3"  # equal accuracy: the lower loss
-    sweep({"1e-3": (0.9, 0.01), "3e-3": (0.95, 0.5)})
-    assert stored.heads_best_lr("x", 4, 8) == "3e-3"  # accuracy first
-    sweep({"1e-2": (None, None)})
-    assert stored.heads_best_lr("x", 4, 8) is None
-    sweep({})
-    assert stored.heads_best_lr("x", 4, 8) is None
+def test_no_longer_run_is_stored_outside_the_plan():
+    preset = mqar.PRESETS["heads"]
+    want = {stored.heads_long_name(*key, lr, seed, steps)
+            for steps in (stored.HEADS_LONG_STEPS, stored.HEADS_LONGER_STEPS)
+            for key in stored.heads_long_points(preset.kinds, preset.pairs, steps)
+            for lr in stored.heads_long_lrs(*key, steps) for seed in stored.RECALL_SEEDS}
+    assert set(stored.names("mqar-long*.json")) <= want
 
 
 def _curve(accuracies, every=250):
@@ -172,6 +147,54 @@ def test_a_longer_point_that_lost_a_seed_goes_again_at_the_next_lower_rate(monke
     for seed in stored.RECALL_SEEDS:  # the bottom of the ladder: nothing lower to try
         store("1e-5", seed, None)
     assert stored.heads_long_lrs("x", 4, 8) == ["1e-5"]
+
+
+def test_a_point_is_unsettled_when_a_seed_moves_diverged_or_ended_below_the_settled_level():
+    flat_high = _curve([stored.HEADS_SETTLED] * 6)
+    flat_low = _curve([stored.HEADS_SETTLED - 0.01] * 6)
+    for run, accuracy in ((flat_high, stored.HEADS_SETTLED), (flat_low, stored.HEADS_SETTLED - 0.01)):
+        run["final_accuracy"] = accuracy
+    assert not stored.heads_unsettled({"runs": {0: flat_high, 1: flat_high}})  # the boundary is settled
+    assert stored.heads_unsettled({"runs": {0: flat_high, 1: flat_low}})  # flat, but on a plateau below it
+    moving = _curve([0.5] * 5 + [0.5 + 2 * stored.HEADS_FLAT]) | {"final_accuracy": 0.99}
+    moving["curves"]["val_accuracy"][-1] = 0.985
+    assert stored.heads_unsettled({"runs": {0: flat_high, 1: moving}})
+    diverged = {"final_accuracy": None, "curves": {"val_step": [250], "val_accuracy": [0.1]}}
+    assert stored.heads_unsettled({"runs": {0: flat_high, 1: diverged}})
+
+
+def test_the_points_still_moving_at_the_longer_budget_run_longer_again(monkeypatch, tmp_path):
+    def store(steps, lr, seed, accuracies):
+        run = _curve(accuracies) | {"final_accuracy": accuracies[-1] if accuracies else None}
+        name = stored.heads_long_name("x", 4, 8, lr, seed, steps)
+        (tmp_path / name).write_text(json.dumps({"runs": [run]}))
+
+    long, longer = stored.HEADS_LONG_STEPS, stored.HEADS_LONGER_STEPS
+    monkeypatch.setattr(stored, "directory", lambda: tmp_path)
+    monkeypatch.setattr(stored, "heads_chosen_lr", lambda kind, heads, pairs: "1e-2")
+    monkeypatch.setattr(stored, "heads_points", lambda kinds, pairs: {
+        ("x", 4, 8): {"complete": True, "runs": {0: _curve([0.5] * 6) | {"final_accuracy": 0.5}}},
+        ("x", 2, 8): {"complete": True, "runs": {0: _curve([1.0] * 6) | {"final_accuracy": 1.0}}},
+        ("x", 1, 8): {"complete": False, "runs": {}}})
+    assert stored.heads_long_points(("x",), (8,)) == [("x", 4, 8)]  # flat at 0.5: not settled
+    assert stored.heads_long_points(("x",), (8,), longer) == []  # its longer runs not stored yet
+    store(long, "1e-2", 0, [])  # diverged: the point goes again one rate lower
+    for seed in (1, 2):
+        store(long, "1e-2", seed, [0.5] * 5 + [0.6])
+    assert stored.heads_long_lrs("x", 4, 8, longer) == ["3e-3"]  # the next budget starts where it is read
+    store(long, "3e-3", 0, [0.5] * 6)
+    store(long, "3e-3", 1, [0.5] * 6)
+    assert stored.heads_long_points(("x",), (8,), longer) == []  # not complete at its last rate
+    store(long, "3e-3", 2, [0.5] * 6)
+    assert stored.heads_long_points(("x",), (8,), longer) == []  # complete and flat: read it there
+    store(long, "3e-3", 2, [0.5] * 5 + [0.5 + 2 * stored.HEADS_FLAT])
+    assert stored.heads_long_points(("x",), (8,), longer) == [("x", 4, 8)]  # still moving: run on
+    store(longer, "3e-3", 1, [0.7] * 6)
+    assert sorted(stored.heads_long_runs("x", 4, 8, steps=longer)) == [1]
+    assert stored.heads_long_name("x", 4, 8, "3e-3", 1, longer) == "mqar-longer-x-h4-p8-lr3e-3-seed1.json"
+    for bad in (3000, 9001, 36000):
+        with pytest.raises(ValueError, match="one of the longer budgets"):
+            stored.heads_long_name("x", 4, 8, "3e-3", 1, bad)
 
 
 def _sweep_of(monkeypatch, losses):
@@ -289,26 +312,30 @@ def test_stored_lm_run_reproduces_its_first_losses(name, corpus, one_thread):
 @pytest.mark.parametrize("name", MQAR_FILES)
 def test_stored_recall_run_is_the_preset_run(name):
     part = stored.load(name)
-    longer = name.startswith("mqar-long-")  # a point of the heads plan run again, for longer
+    # a point of the heads plan run again for longer, and again for longer still where it kept moving
+    budgets = ((stored.HEADS_LONG_STEPS, "mqar-long-"), (stored.HEADS_LONGER_STEPS, "mqar-longer-"))
+    steps = next((n for n, prefix in budgets if name.startswith(prefix)), None)
+    longer = steps is not None
     preset_name = "heads" if longer else next(
         (p for p in ("capacity", "heads") if name.startswith(f"mqar-{p}-")), "state")
     preset = mqar.PRESETS[preset_name]
     (run,) = part["runs"]
     c = run["config"]
-    want = {**preset.options, "steps": stored.HEADS_LONG_STEPS if longer else preset.steps}
+    want = {**preset.options, "steps": steps if longer else preset.steps}
     varied = {"lr", "n_head"} if preset_name == "heads" else {"lr"}
     assert {k: c[k] for k in want if k not in varied} == {k: v for k, v in want.items() if k not in varied}
     if preset_name == "heads":  # a point of the plan at fixed parameters: its sweep, or a seed at its rate
         lr = name.split("-lr")[1].split("-seed")[0]
         point = (c["attention"], c["n_head"], c["n_pairs"])
-        named = stored.heads_long_name if longer else stored.heads_name
-        assert name == named(*point, lr, c["seed"])
+        if longer:
+            assert name == stored.heads_long_name(*point, lr, c["seed"], steps)
+        else:
+            assert name == stored.heads_name(*point, lr, c["seed"])
         assert c["n_head"] in stored.RECALL_HEADS and c["seed"] in stored.RECALL_SEEDS
         assert c["n_embd"] in preset.widths and c["lr"] == float(lr)
-        if longer:  # only a complete point that was still moving, at the rate its sweep chose (or lower)
-            assert lr in stored.heads_long_lrs(*point)
-            p = stored.heads_points((c["attention"],), (c["n_pairs"],))[point]
-            assert p["complete"] and stored.heads_moving(p)
+        if longer:  # only a point of the plan for that budget, at a rate of its ladder there
+            assert lr in stored.heads_long_lrs(*point, steps)
+            assert point in stored.heads_long_points((c["attention"],), (c["n_pairs"],), steps)
         elif c["seed"]:  # more seeds run at the best rate of the point's sweep (chosen, once it is complete)
             assert lr == stored.heads_best_lr(*point)
         assert part["command"].startswith("python -m linattn_core.mqar --preset heads ")
