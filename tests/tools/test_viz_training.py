@@ -139,6 +139,10 @@ def test_recall_curves_draw_every_run_of_every_panel_the_longer_budget_solid():
     assert [a.text for a in fig.layout.annotations][:2] == list(panels)
     assert [sh.y0 for sh in fig.layout.shapes] == [0.12] and fig.layout.shapes[0].yref == "y2"
     assert sum(tr.showlegend for tr in fig.data) == 4
+    longer = {1: _run([6000, 12000, 18000], [0.3, 0.7, 0.8])}
+    budgets = vt.recall_curves_figure({"a": {"3k": short, "9k": long, "18k": longer}})
+    assert [(tr.name, tr.line.dash) for tr in budgets.data] == [
+        ("seed 0, 3k", "dot"), ("seed 1, 3k", "dot"), ("seed 0, 9k", "dash"), ("seed 1, 18k", "solid")]
     again = vt.recall_curves_figure({"a": {"x": short}, "b": {"x": short}}, cols=3)
     assert [tr.showlegend for tr in again.data] == [True, True, False, False]  # one legend entry a run
     three = vt.recall_curves_figure({"a": {"x": short}, "b": {"x": short}, "c": {"x": short}}, cols=2)

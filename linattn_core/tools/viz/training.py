@@ -270,8 +270,8 @@ def recall_curves_figure(panels: Mapping[str, Mapping[str, Mapping[int, Mapping[
     """Held-out recall accuracy against the step, one panel per point and one line per run: has a
     point's curve flattened, and what did a longer run change? ``panels``: ``{panel title: {budget
     label: {seed: run}}}`` (a run as :mod:`linattn_core.lm.mqar` stores it); each seed keeps one colour,
-    the first budget is drawn dotted and the last solid. ``chance``: ``{panel title: the best accuracy
-    that never reads a key}``."""
+    the first budget is drawn dotted, any between dashed and the last solid. ``chance``: ``{panel title:
+    the best accuracy that never reads a key}``."""
     if not panels or cols < 1:
         raise ValueError(f"need at least one panel and cols >= 1, got {len(panels)} panels and cols={cols}")
     rows = -(-len(panels) // cols)
@@ -285,7 +285,7 @@ def recall_curves_figure(panels: Mapping[str, Mapping[str, Mapping[int, Mapping[
         row, col = divmod(i, cols)
         labels = list(budgets)
         for j, label in enumerate(labels):
-            dash = "solid" if j == len(labels) - 1 else "dot"
+            dash = "solid" if j == len(labels) - 1 else "dot" if j == 0 else "dash"
             for seed, run in sorted(budgets[label].items()):
                 c = run["curves"]
                 legend = f"seed {seed}, {label}"
@@ -305,6 +305,6 @@ def recall_curves_figure(panels: Mapping[str, Mapping[str, Mapping[int, Mapping[
     for row in range(1, rows + 1):
         fig.update_yaxes(title="recall accuracy, held out", row=row, col=1)
     finish(fig, title=title, alt="Held-out recall accuracy against the training step, one panel per point of "
-           "the plan and one line per seed: the shorter runs dotted, the longer ones solid; the grey dotted "
-           "line is the best accuracy that never reads a key.", height=140 + 280 * rows)
+           "the plan and one line per seed: the shortest runs dotted, any between dashed, the longest solid; "
+           "the grey dotted line is the best accuracy that never reads a key.", height=140 + 280 * rows)
     return legend_below(fig)
