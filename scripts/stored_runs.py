@@ -143,24 +143,31 @@ def mqar_heads() -> list[tuple[list[str], Path]]:
 
 
 def mqar_heads_long() -> list[tuple[list[str], Path]]:
-    """Every seed of each point of the recall plan that runs for longer (:func:`stored.heads_long_points`):
-    first the points still moving at ``stored.HEADS_LONG_STEPS`` for ``stored.HEADS_LONGER_STEPS`` (the
-    longest jobs), then each point not settled at 3,000 steps for ``stored.HEADS_LONG_STEPS``, DeltaNet's
-    first, then GLA's and elu+1's, the most pairs first; each at the rate of its budget, and one rate
-    lower where a seed diverged there (:func:`stored.heads_long_lrs`)."""
+    """Every run of the recall plan's longer budgets (:func:`stored.heads_long_plan`), in order: first
+    each point's seeds at the rate it is read at (the points still moving at ``stored.HEADS_LONG_STEPS``,
+    for ``stored.HEADS_LONGER_STEPS``, the longest jobs, then each point not settled at 3,000 steps for
+    ``stored.HEADS_LONG_STEPS``: DeltaNet's first, then GLA's and elu+1's, the most pairs first); then
+    the rate swept at each longer budget (seed 0 on both sides of that rate, and every seed at a rate
+    that beats it), the most pairs first and ``stored.HEADS_LONGER_STEPS`` last."""
     p = mqar.PRESETS["heads"]
     order = ("deltanet", "gla", "elu+1", "softmax")
-    jobs = []
+    first, sweep = [], []
     for steps in (stored.HEADS_LONGER_STEPS, stored.HEADS_LONG_STEPS):
         points = sorted(stored.heads_long_points(p.kinds, p.pairs, steps),
                         key=lambda key: (order.index(key[0]), -key[2], stored.RECALL_HEADS.index(key[1])))
         for kind, heads, pairs in points:
-            for lr in stored.heads_long_lrs(kind, heads, pairs, steps):
-                jobs += [(["-m", "linattn_core.mqar", "--preset", "heads", "--kinds", kind, "--n-head",
-                           str(heads), "--pairs", str(pairs), "--lr", lr, "--steps", str(steps), "--seeds",
-                           str(seed)], RESULTS / stored.heads_long_name(kind, heads, pairs, lr, seed, steps))
-                         for seed in stored.RECALL_SEEDS]
-    return jobs
+            lrs = stored.heads_long_lrs(kind, heads, pairs, steps)
+            for lr, seed in stored.heads_long_plan(kind, heads, pairs, steps):
+                job = (["-m", "linattn_core.mqar", "--preset", "heads", "--kinds", kind, "--n-head",
+                        str(heads), "--pairs", str(pairs), "--lr", lr, "--steps", str(steps), "--seeds",
+                        str(seed)],
+                       RESULTS / stored.heads_long_name(kind, heads, pairs, lr, seed, steps))
+                if lr in lrs:
+                    first.append(job)
+                else:
+                    # GLA first within a budget and pair count: the slowest runs start first
+                    sweep.append(((steps == stored.HEADS_LONGER_STEPS, -pairs, kind != "gla"), job))
+    return first + [job for _, job in sorted(sweep, key=lambda item: item[0])]
 
 
 PLANS = {"lm-epoch": lm_epoch, "mqar-sweep": mqar_sweep, "mqar-seeds": mqar_seeds,

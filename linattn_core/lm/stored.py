@@ -26,10 +26,11 @@ __all__ = ["EPOCH_BEYOND", "EPOCH_CLOSE", "EPOCH_CONTRASTS", "EPOCH_CORE", "EPOC
            "EPOCH_OTHERS", "EPOCH_SEEDS", "HEADS_FLAT", "HEADS_LONGER_STEPS", "HEADS_LONG_STEPS",
            "HEADS_SETTLED", "RECALL_HEADS", "RECALL_LRS", "RECALL_SEEDS", "RECALL_SWEEP_LRS",
            "RECALL_SWEEP_WIDTH", "SweepIncomplete", "chosen_recall_lr", "directory", "epoch_chosen_lr",
-           "epoch_name", "epoch_runs", "epoch_sweep", "heads_best_lr", "heads_chosen_lr", "heads_long_lrs",
-           "heads_long_name", "heads_long_points", "heads_long_runs", "heads_moved", "heads_moving",
-           "heads_name", "heads_points", "heads_runs", "heads_sweep", "heads_unsettled", "lm_runs", "load",
-           "names", "path", "recall_name", "recall_sweep"]
+           "epoch_name", "epoch_runs", "epoch_sweep", "heads_best_lr", "heads_chosen_lr",
+           "heads_long_chosen_lr", "heads_long_lrs", "heads_long_name", "heads_long_plan",
+           "heads_long_points", "heads_long_runs", "heads_moved", "heads_moving", "heads_name",
+           "heads_points", "heads_runs", "heads_sweep", "heads_unsettled", "lm_runs", "load", "names",
+           "path", "recall_name", "recall_sweep"]
 
 # The plan the stored files follow, read by scripts/stored_runs.py (which makes them), by
 # tests/lm/test_stored_runs.py (which checks them) and by the training chapter (which shows them).
@@ -300,7 +301,7 @@ def heads_long_lrs(kind: str, heads: int, pairs: int, steps: int = HEADS_LONG_ST
     of them diverged, the next lower rate of the sweeps' ladder (:data:`RECALL_LRS` and the rates past
     its edges). A seed lost to divergence leaves no reading of the point, and a lower rate is the usual
     cure; the last rate is the one to read."""
-    ladder = sorted({*RECALL_LRS, *EPOCH_BEYOND, *EPOCH_BEYOND.values()}, key=float)
+    ladder = _ladder()
     rates = [_long_start(kind, heads, pairs, steps)]
     while True:
         runs = heads_long_runs(kind, heads, pairs, rates[-1], steps)
@@ -310,6 +311,60 @@ def heads_long_lrs(kind: str, heads: int, pairs: int, steps: int = HEADS_LONG_ST
         if not (lost and lower):
             return rates
         rates.append(lower[-1])
+
+
+def _ladder() -> list[str]:
+    # every rate the sweeps know, low to high: RECALL_LRS and the rates past its edges, about 3x apart
+    return sorted({*RECALL_LRS, *EPOCH_BEYOND, *EPOCH_BEYOND.values()}, key=float)
+
+
+def heads_long_chosen_lr(kind: str, heads: int, pairs: int, steps: int = HEADS_LONG_STEPS) -> str:
+    """The rate a point's longer runs choose at their own budget: seed 0 runs for ``steps`` at the rate
+    the point is read at (the last of :func:`heads_long_lrs`) and at the ladder's rates on both sides of
+    it, and past an edge where the best sits there; the best (highest accuracy, then lowest loss, a
+    diverged run never) is chosen, and the point is read there once every seed is stored at it.
+
+    Raises :class:`SweepIncomplete` (with the rates to run next, seed 0) while a rate is missing; a
+    rate chosen at 3,000 steps need not be the best at three times the steps.
+    """
+    ladder, read = _ladder(), heads_long_lrs(kind, heads, pairs, steps)[-1]
+    runs = {lr: r[0] for lr in ladder if 0 in (r := heads_long_runs(kind, heads, pairs, lr, steps))}
+    i = ladder.index(read)
+    what = f"{kind!r} with {heads} heads and {pairs} pairs at {steps:,} steps (recall)"
+    missing = tuple(lr for lr in ladder[max(i - 1, 0): i + 2] if lr not in runs)
+    if missing:
+        raise SweepIncomplete(f"the sweep of {what} lacks the rates {list(missing)}", missing)
+    best = _best(runs, _recall_score)
+    if best is None:
+        raise ValueError(f"every rate of the sweep of {what} diverged")
+    tried, j = sorted(runs, key=float), ladder.index(best)
+    for edge, k in ((tried[0], j - 1), (tried[-1], j + 1)):
+        if best == edge and 0 <= k < len(ladder) and ladder[k] not in runs:
+            raise SweepIncomplete(f"the best rate of {what}, {best}, is at an edge of its sweep",
+                                  (ladder[k],))
+    return best
+
+
+def heads_long_plan(kind: str, heads: int, pairs: int,
+                    steps: int = HEADS_LONG_STEPS) -> list[tuple[str, int]]:
+    """The longer runs ``(rate, seed)`` of one point that the plan lists so far, in order: every seed at
+    each rate of :func:`heads_long_lrs`; once those are stored, seed 0 at each rate its sweep at this
+    budget has tried or asks for next (:func:`heads_long_chosen_lr`), and every seed at the rate it
+    chooses."""
+    lrs = heads_long_lrs(kind, heads, pairs, steps)
+    jobs = [(lr, seed) for lr in lrs for seed in RECALL_SEEDS]
+    if not all(seed in heads_long_runs(kind, heads, pairs, lrs[-1], steps) for seed in RECALL_SEEDS):
+        return jobs
+    tried = [lr for lr in _ladder() if 0 in heads_long_runs(kind, heads, pairs, lr, steps)]
+    try:
+        chosen, more = [heads_long_chosen_lr(kind, heads, pairs, steps)], ()
+    except SweepIncomplete as incomplete:
+        chosen, more = [], incomplete.rates
+    except ValueError:  # every rate diverged: nothing to choose
+        chosen, more = [], ()
+    sweep = [(lr, 0) for lr in sorted({*tried, *more}, key=float)]
+    seeds = [(lr, seed) for lr in chosen for seed in RECALL_SEEDS]
+    return list(dict.fromkeys(jobs + sweep + seeds))  # each run once, where it is first listed
 
 
 def heads_long_points(kinds: tuple[str, ...], pairs: tuple[int, ...], steps: int = HEADS_LONG_STEPS

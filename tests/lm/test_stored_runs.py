@@ -80,7 +80,7 @@ def test_no_longer_run_is_stored_outside_the_plan():
     want = {stored.heads_long_name(*key, lr, seed, steps)
             for steps in (stored.HEADS_LONG_STEPS, stored.HEADS_LONGER_STEPS)
             for key in stored.heads_long_points(preset.kinds, preset.pairs, steps)
-            for lr in stored.heads_long_lrs(*key, steps) for seed in stored.RECALL_SEEDS}
+            for lr, seed in stored.heads_long_plan(*key, steps)}
     assert set(stored.names("mqar-long*.json")) <= want
 
 
@@ -195,6 +195,39 @@ def test_the_points_still_moving_at_the_longer_budget_run_longer_again(monkeypat
     for bad in (3000, 9001, 36000):
         with pytest.raises(ValueError, match="one of the longer budgets"):
             stored.heads_long_name("x", 4, 8, "3e-3", 1, bad)
+
+
+def test_the_longer_budget_sweeps_its_rate_on_both_sides_and_reads_a_better_one(monkeypatch, tmp_path):
+    def store(lr, seed, accuracy, loss=1.0):
+        run = _curve([accuracy or 0.0] * 6) | {"final_accuracy": accuracy, "final_loss": loss}
+        (tmp_path / stored.heads_long_name("x", 4, 8, lr, seed)).write_text(json.dumps({"runs": [run]}))
+
+    monkeypatch.setattr(stored, "directory", lambda: tmp_path)
+    monkeypatch.setattr(stored, "heads_chosen_lr", lambda kind, heads, pairs: "1e-2")
+    seeds = [("1e-2", s) for s in stored.RECALL_SEEDS]
+    assert stored.heads_long_plan("x", 4, 8) == seeds  # the point's own seeds first
+    with pytest.raises(stored.SweepIncomplete) as missing:
+        stored.heads_long_chosen_lr("x", 4, 8)
+    assert missing.value.rates == ("3e-3", "1e-2", "3e-2")  # its rate, one step down the ladder, one up
+    for seed, accuracy in zip(stored.RECALL_SEEDS, (0.6, 0.5, 0.4), strict=True):
+        store("1e-2", seed, accuracy)
+    assert stored.heads_long_plan("x", 4, 8) == seeds + [("3e-3", 0), ("3e-2", 0)]
+    store("3e-3", 0, 0.6, loss=0.9)  # as accurate, lower loss: the better rate
+    store("3e-2", 0, None)  # diverged: never chosen
+    with pytest.raises(stored.SweepIncomplete) as edge:
+        stored.heads_long_chosen_lr("x", 4, 8)
+    assert edge.value.rates == ("1e-3",)  # the best at the sweep's low edge: one further down
+    store("1e-3", 0, 0.2)
+    assert stored.heads_long_chosen_lr("x", 4, 8) == "3e-3"
+    plan = stored.heads_long_plan("x", 4, 8)  # every seed at the rate the longer sweep chose
+    assert plan == seeds + [("1e-3", 0), ("3e-3", 0), ("3e-2", 0), ("3e-3", 1), ("3e-3", 2)]
+    store("3e-3", 0, 0.5)  # now the rate read at wins: inside its range, nothing more to run
+    assert stored.heads_long_chosen_lr("x", 4, 8) == "1e-2"
+    assert stored.heads_long_plan("x", 4, 8) == seeds + [("1e-3", 0), ("3e-3", 0), ("3e-2", 0)]
+    for lr in ("1e-3", "3e-3", "1e-2"):
+        store(lr, 0, None)
+    with pytest.raises(ValueError, match="every rate of the sweep"):
+        stored.heads_long_chosen_lr("x", 4, 8)
 
 
 def _sweep_of(monkeypatch, losses):
@@ -333,9 +366,9 @@ def test_stored_recall_run_is_the_preset_run(name):
             assert name == stored.heads_name(*point, lr, c["seed"])
         assert c["n_head"] in stored.RECALL_HEADS and c["seed"] in stored.RECALL_SEEDS
         assert c["n_embd"] in preset.widths and c["lr"] == float(lr)
-        if longer:  # only a point of the plan for that budget, at a rate of its ladder there
-            assert lr in stored.heads_long_lrs(*point, steps)
+        if longer:  # only a point of the plan for that budget, a run its plan lists (its rate or sweep)
             assert point in stored.heads_long_points((c["attention"],), (c["n_pairs"],), steps)
+            assert (lr, c["seed"]) in stored.heads_long_plan(*point, steps)
         elif c["seed"]:  # more seeds run at the best rate of the point's sweep (chosen, once it is complete)
             assert lr == stored.heads_best_lr(*point)
         assert part["command"].startswith("python -m linattn_core.mqar --preset heads ")
