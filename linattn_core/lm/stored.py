@@ -24,7 +24,7 @@ from typing import Any
 
 __all__ = ["EPOCH_BEYOND", "EPOCH_CLOSE", "EPOCH_CONTRASTS", "EPOCH_CORE", "EPOCH_LRS", "EPOCH_MORE_SEEDS",
            "EPOCH_OTHERS", "EPOCH_SEEDS", "HEADS_FLAT", "HEADS_LONGER_STEPS", "HEADS_LONG_STEPS",
-           "HEADS_SETTLED", "RECALL_HEADS", "RECALL_LRS", "RECALL_SEEDS", "RECALL_SWEEP_LRS",
+           "HEADS_SETTLED", "RATE_LADDER", "RECALL_HEADS", "RECALL_LRS", "RECALL_SEEDS", "RECALL_SWEEP_LRS",
            "RECALL_SWEEP_WIDTH", "SweepIncomplete", "chosen_recall_lr", "directory", "epoch_chosen_lr",
            "epoch_name", "epoch_runs", "epoch_sweep", "heads_best_lr", "heads_chosen_lr",
            "heads_long_chosen_lr", "heads_long_lrs", "heads_long_name", "heads_long_plan",
@@ -77,6 +77,9 @@ EPOCH_CONTRASTS = (
 RECALL_HEADS = (4, 1, 2)  # the order the plan runs them: the two ends of the state axis first
 RECALL_LRS = EPOCH_LRS
 RECALL_SEEDS = (0, 1, 2)
+# every rate the sweeps know, low to high (RECALL_LRS and the rates past its edges, about 3x apart): the
+# longer budgets step along it, down where a seed diverged and to both sides when their rate is swept
+RATE_LADDER = tuple(sorted({*RECALL_LRS, *EPOCH_BEYOND, *EPOCH_BEYOND.values()}, key=float))
 # A point not settled at 3,000 steps (a seed below 0.99 moved more than HEADS_FLAT over its last 1,000
 # steps, or a seed ended below HEADS_SETTLED: the longer runs showed that a seed far below the ceiling
 # can sit on a plateau for more than 1,000 steps and then rise) runs again, every seed, for
@@ -301,7 +304,7 @@ def heads_long_lrs(kind: str, heads: int, pairs: int, steps: int = HEADS_LONG_ST
     of them diverged, the next lower rate of the sweeps' ladder (:data:`RECALL_LRS` and the rates past
     its edges). A seed lost to divergence leaves no reading of the point, and a lower rate is the usual
     cure; the last rate is the one to read."""
-    ladder = _ladder()
+    ladder = list(RATE_LADDER)
     rates = [_long_start(kind, heads, pairs, steps)]
     while True:
         runs = heads_long_runs(kind, heads, pairs, rates[-1], steps)
@@ -313,11 +316,6 @@ def heads_long_lrs(kind: str, heads: int, pairs: int, steps: int = HEADS_LONG_ST
         rates.append(lower[-1])
 
 
-def _ladder() -> list[str]:
-    # every rate the sweeps know, low to high: RECALL_LRS and the rates past its edges, about 3x apart
-    return sorted({*RECALL_LRS, *EPOCH_BEYOND, *EPOCH_BEYOND.values()}, key=float)
-
-
 def heads_long_chosen_lr(kind: str, heads: int, pairs: int, steps: int = HEADS_LONG_STEPS) -> str:
     """The rate a point's longer runs choose at their own budget: seed 0 runs for ``steps`` at the rate
     the point is read at (the last of :func:`heads_long_lrs`) and at the ladder's rates on both sides of
@@ -327,7 +325,7 @@ def heads_long_chosen_lr(kind: str, heads: int, pairs: int, steps: int = HEADS_L
     Raises :class:`SweepIncomplete` (with the rates to run next, seed 0) while a rate is missing; a
     rate chosen at 3,000 steps need not be the best at three times the steps.
     """
-    ladder, read = _ladder(), heads_long_lrs(kind, heads, pairs, steps)[-1]
+    ladder, read = list(RATE_LADDER), heads_long_lrs(kind, heads, pairs, steps)[-1]
     runs = {lr: r[0] for lr in ladder if 0 in (r := heads_long_runs(kind, heads, pairs, lr, steps))}
     i = ladder.index(read)
     what = f"{kind!r} with {heads} heads and {pairs} pairs at {steps:,} steps (recall)"
@@ -355,7 +353,7 @@ def heads_long_plan(kind: str, heads: int, pairs: int,
     jobs = [(lr, seed) for lr in lrs for seed in RECALL_SEEDS]
     if not all(seed in heads_long_runs(kind, heads, pairs, lrs[-1], steps) for seed in RECALL_SEEDS):
         return jobs
-    tried = [lr for lr in _ladder() if 0 in heads_long_runs(kind, heads, pairs, lr, steps)]
+    tried = [lr for lr in RATE_LADDER if 0 in heads_long_runs(kind, heads, pairs, lr, steps)]
     try:
         chosen, more = [heads_long_chosen_lr(kind, heads, pairs, steps)], ()
     except SweepIncomplete as incomplete:
