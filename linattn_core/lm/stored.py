@@ -83,10 +83,10 @@ RATE_LADDER = tuple(sorted({*RECALL_LRS, *EPOCH_BEYOND, *EPOCH_BEYOND.values()},
 # A point not settled at 3,000 steps (a seed below 0.99 moved more than HEADS_FLAT over its last 1,000
 # steps, or a seed ended below HEADS_SETTLED: the longer runs showed that a seed far below the ceiling
 # can sit on a plateau for more than 1,000 steps and then rise) runs again, every seed, for
-# HEADS_LONG_STEPS at the rate its 3,000-step sweep chose (not swept again at the longer budget; where a
-# seed diverges there, every seed again at the next lower rate: heads_long_lrs):
-# ``mqar-long-KIND-hH-pP-lrRATE-seedS.json``. A point still moving at HEADS_LONG_STEPS runs once more,
-# for HEADS_LONGER_STEPS (the cap), at the rate it was read at: ``mqar-longer-...``.
+# HEADS_LONG_STEPS at the rate its 3,000-step sweep chose (where a seed diverges there, every seed again
+# at the next lower rate: heads_long_lrs): ``mqar-long-KIND-hH-pP-lrRATE-seedS.json``. A point still
+# moving at HEADS_LONG_STEPS runs once more, for HEADS_LONGER_STEPS (the cap), at the rate it was read
+# at: ``mqar-longer-...``. Then each longer budget sweeps its own rate (heads_long_chosen_lr).
 HEADS_FLAT = 0.02
 HEADS_SETTLED = 0.95
 HEADS_LONG_STEPS = 9000
@@ -304,13 +304,12 @@ def heads_long_lrs(kind: str, heads: int, pairs: int, steps: int = HEADS_LONG_ST
     of them diverged, the next lower rate of the sweeps' ladder (:data:`RECALL_LRS` and the rates past
     its edges). A seed lost to divergence leaves no reading of the point, and a lower rate is the usual
     cure; the last rate is the one to read."""
-    ladder = list(RATE_LADDER)
     rates = [_long_start(kind, heads, pairs, steps)]
     while True:
         runs = heads_long_runs(kind, heads, pairs, rates[-1], steps)
         complete = all(s in runs for s in RECALL_SEEDS)
         lost = complete and any(r["final_accuracy"] is None for r in runs.values())
-        lower = [lr for lr in ladder if float(lr) < float(rates[-1])]
+        lower = [lr for lr in RATE_LADDER if float(lr) < float(rates[-1])]
         if not (lost and lower):
             return rates
         rates.append(lower[-1])
@@ -320,12 +319,12 @@ def heads_long_chosen_lr(kind: str, heads: int, pairs: int, steps: int = HEADS_L
     """The rate a point's longer runs choose at their own budget: seed 0 runs for ``steps`` at the rate
     the point is read at (the last of :func:`heads_long_lrs`) and at the ladder's rates on both sides of
     it, and past an edge where the best sits there; the best (highest accuracy, then lowest loss, a
-    diverged run never) is chosen, and the point is read there once every seed is stored at it.
+    diverged run never) is chosen, and every seed runs there (:func:`heads_long_plan`).
 
     Raises :class:`SweepIncomplete` (with the rates to run next, seed 0) while a rate is missing; a
     rate chosen at 3,000 steps need not be the best at three times the steps.
     """
-    ladder, read = list(RATE_LADDER), heads_long_lrs(kind, heads, pairs, steps)[-1]
+    ladder, read = RATE_LADDER, heads_long_lrs(kind, heads, pairs, steps)[-1]
     runs = {lr: r[0] for lr in ladder if 0 in (r := heads_long_runs(kind, heads, pairs, lr, steps))}
     i = ladder.index(read)
     what = f"{kind!r} with {heads} heads and {pairs} pairs at {steps:,} steps (recall)"
