@@ -28,9 +28,9 @@ __all__ = ["EPOCH_BEYOND", "EPOCH_CLOSE", "EPOCH_CONTRASTS", "EPOCH_CORE", "EPOC
            "RECALL_SWEEP_WIDTH", "SweepIncomplete", "chosen_recall_lr", "directory", "epoch_chosen_lr",
            "epoch_name", "epoch_runs", "epoch_sweep", "heads_best_lr", "heads_chosen_lr",
            "heads_long_chosen_lr", "heads_long_lrs", "heads_long_name", "heads_long_plan",
-           "heads_long_points", "heads_long_runs", "heads_moved", "heads_moving", "heads_name",
-           "heads_points", "heads_runs", "heads_sweep", "heads_unsettled", "lm_runs", "load", "names",
-           "path", "recall_name", "recall_sweep"]
+           "heads_long_points", "heads_long_runs", "heads_long_sweep", "heads_moved", "heads_moving",
+           "heads_name", "heads_points", "heads_runs", "heads_sweep", "heads_unsettled", "lm_runs", "load",
+           "names", "path", "recall_name", "recall_sweep"]
 
 # The plan the stored files follow, read by scripts/stored_runs.py (which makes them), by
 # tests/lm/test_stored_runs.py (which checks them) and by the training chapter (which shows them).
@@ -315,6 +315,13 @@ def heads_long_lrs(kind: str, heads: int, pairs: int, steps: int = HEADS_LONG_ST
         rates.append(lower[-1])
 
 
+def heads_long_sweep(kind: str, heads: int, pairs: int,
+                     steps: int = HEADS_LONG_STEPS) -> dict[str, dict[str, Any]]:
+    """The stored seed-0 runs of one point at a longer budget, by rate of :data:`RATE_LADDER`, low to
+    high (empty if none)."""
+    return {lr: r[0] for lr in RATE_LADDER if 0 in (r := heads_long_runs(kind, heads, pairs, lr, steps))}
+
+
 def heads_long_chosen_lr(kind: str, heads: int, pairs: int, steps: int = HEADS_LONG_STEPS) -> str:
     """The rate a point's longer runs choose at their own budget: seed 0 runs for ``steps`` at the rate
     the point is read at (the last of :func:`heads_long_lrs`) and at the ladder's rates on both sides of
@@ -325,7 +332,7 @@ def heads_long_chosen_lr(kind: str, heads: int, pairs: int, steps: int = HEADS_L
     rate chosen at 3,000 steps need not be the best at three times the steps.
     """
     ladder, read = RATE_LADDER, heads_long_lrs(kind, heads, pairs, steps)[-1]
-    runs = {lr: r[0] for lr in ladder if 0 in (r := heads_long_runs(kind, heads, pairs, lr, steps))}
+    runs = heads_long_sweep(kind, heads, pairs, steps)
     i = ladder.index(read)
     what = f"{kind!r} with {heads} heads and {pairs} pairs at {steps:,} steps (recall)"
     missing = tuple(lr for lr in ladder[max(i - 1, 0): i + 2] if lr not in runs)
@@ -352,7 +359,7 @@ def heads_long_plan(kind: str, heads: int, pairs: int,
     jobs = [(lr, seed) for lr in lrs for seed in RECALL_SEEDS]
     if not all(seed in heads_long_runs(kind, heads, pairs, lrs[-1], steps) for seed in RECALL_SEEDS):
         return jobs
-    tried = [lr for lr in RATE_LADDER if 0 in heads_long_runs(kind, heads, pairs, lr, steps)]
+    tried = list(heads_long_sweep(kind, heads, pairs, steps))
     try:
         chosen, more = [heads_long_chosen_lr(kind, heads, pairs, steps)], ()
     except SweepIncomplete as incomplete:
