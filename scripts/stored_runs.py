@@ -144,11 +144,12 @@ def mqar_heads() -> list[tuple[list[str], Path]]:
 
 def mqar_heads_long() -> list[tuple[list[str], Path]]:
     """Every run of the recall plan's longer budgets (:func:`stored.heads_long_plan`), in order: first
-    each point's seeds at the rate it is read at (the points still moving at ``stored.HEADS_LONG_STEPS``,
-    for ``stored.HEADS_LONGER_STEPS``, the longest jobs, then each point not settled at 3,000 steps for
-    ``stored.HEADS_LONG_STEPS``: DeltaNet's first, then GLA's and elu+1's, the most pairs first); then
-    the rate swept at each longer budget (seed 0 on both sides of that rate, and every seed at a rate
-    that beats it), the most pairs first and ``stored.HEADS_LONGER_STEPS`` last."""
+    each point's seeds at the rate its budget starts at (the points still moving at
+    ``stored.HEADS_LONG_STEPS`` where they are read, for ``stored.HEADS_LONGER_STEPS``, the longest jobs,
+    then each point not settled at 3,000 steps for ``stored.HEADS_LONG_STEPS``: DeltaNet's first, then
+    GLA's and elu+1's, the most pairs first); then the rate swept at each longer budget (seed 0 on both
+    sides of that rate, and every seed at a rate that beats it: the rate the point is read at), the most
+    pairs first and ``stored.HEADS_LONGER_STEPS`` last."""
     p = mqar.PRESETS["heads"]
     order = ("deltanet", "gla", "elu+1", "softmax")
     first, sweep = [], []

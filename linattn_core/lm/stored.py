@@ -23,7 +23,8 @@ from pathlib import Path
 from typing import Any
 
 __all__ = ["EPOCH_BEYOND", "EPOCH_CLOSE", "EPOCH_CONTRASTS", "EPOCH_CORE", "EPOCH_LRS", "EPOCH_MORE_SEEDS",
-           "EPOCH_OTHERS", "EPOCH_SEEDS", "HEADS_FLAT", "HEADS_LONGER_STEPS", "HEADS_LONG_STEPS",
+           "EPOCH_OTHERS", "EPOCH_SEEDS", "HEADS_FLAT", "HEADS_LONGER_STEPS", "HEADS_LONG_EXTRA",
+           "HEADS_LONG_STEPS",
            "HEADS_SETTLED", "RATE_LADDER", "RECALL_HEADS", "RECALL_LRS", "RECALL_SEEDS", "RECALL_SWEEP_LRS",
            "RECALL_SWEEP_WIDTH", "SweepIncomplete", "chosen_recall_lr", "directory", "epoch_chosen_lr",
            "epoch_name", "epoch_runs", "epoch_sweep", "heads_best_lr", "heads_chosen_lr",
@@ -84,14 +85,20 @@ RATE_LADDER = tuple(sorted({*RECALL_LRS, *EPOCH_BEYOND, *EPOCH_BEYOND.values()},
 # steps, or a seed ended below HEADS_SETTLED: the longer runs showed that a seed far below the ceiling
 # can sit on a plateau for more than 1,000 steps and then rise) runs again, every seed, for
 # HEADS_LONG_STEPS at the rate its 3,000-step sweep chose (where a seed diverges there, every seed again
-# at the next lower rate: heads_long_lrs): ``mqar-long-KIND-hH-pP-lrRATE-seedS.json``. A point still
-# moving at HEADS_LONG_STEPS runs once more, for HEADS_LONGER_STEPS (the cap), at the rate it was read
-# at: ``mqar-longer-...``. Then each longer budget sweeps its own rate (heads_long_chosen_lr).
+# at the next lower rate: heads_long_lrs): ``mqar-long-KIND-hH-pP-lrRATE-seedS.json``. Each longer budget
+# then sweeps its own rate around that one (heads_long_chosen_lr), and the point is read there, every
+# seed. A point still moving at HEADS_LONG_STEPS at the rate that budget chose runs once more, for
+# HEADS_LONGER_STEPS (the cap), starting at that rate: ``mqar-longer-...``.
 HEADS_FLAT = 0.02
 HEADS_SETTLED = 0.95
 HEADS_LONG_STEPS = 9000
 HEADS_LONGER_STEPS = 18000
 _LONG_PREFIX = {HEADS_LONG_STEPS: "mqar-long", HEADS_LONGER_STEPS: "mqar-longer"}
+# Longer runs stored outside the plan, kept because the chapter shows them: elu+1 with four heads at 16
+# pairs ran for HEADS_LONGER_STEPS at 3e-1 (the rate it started its 9,000 steps at, still moving there)
+# before its sweep at 9,000 steps chose 1e-1, where every seed was flat; six times the 3,000 steps at the
+# first rate ended below three times them at the rate the longer sweep chose.
+HEADS_LONG_EXTRA = tuple(f"mqar-longer-elu+1-h4-p16-lr3e-1-seed{seed}.json" for seed in RECALL_SEEDS)
 
 
 def epoch_name(name: str, lr: str, seed: int) -> str:
@@ -282,11 +289,11 @@ def heads_long_name(kind: str, heads: int, pairs: int, lr: str, seed: int,
 
 
 def _long_start(kind: str, heads: int, pairs: int, steps: int) -> str:
-    # the first rate of a budget: the 3,000-step sweep's choice, then the rate the budget before was read at
+    # the first rate of a budget: the rate the budget before chose (the 3,000-step sweep's for the first)
     before = _budget_before(steps)
     if before is None:
         return heads_chosen_lr(kind, heads, pairs)
-    return heads_long_lrs(kind, heads, pairs, before)[-1]
+    return heads_long_chosen_lr(kind, heads, pairs, before)
 
 
 def heads_long_runs(kind: str, heads: int, pairs: int, lr: str | None = None,
@@ -298,12 +305,12 @@ def heads_long_runs(kind: str, heads: int, pairs: int, lr: str | None = None,
 
 
 def heads_long_lrs(kind: str, heads: int, pairs: int, steps: int = HEADS_LONG_STEPS) -> list[str]:
-    """The rates one point's longer runs of ``steps`` go at, in order. The first: for
-    :data:`HEADS_LONG_STEPS` the rate its 3,000-step sweep chose, for :data:`HEADS_LONGER_STEPS` the rate
-    its runs of 9,000 steps were read at. Then, each time every seed is stored at the last rate and one
-    of them diverged, the next lower rate of the sweeps' ladder (:data:`RECALL_LRS` and the rates past
-    its edges). A seed lost to divergence leaves no reading of the point, and a lower rate is the usual
-    cure; the last rate is the one to read."""
+    """The rates one point's longer runs of ``steps`` go at before their own sweep, in order. The first:
+    for :data:`HEADS_LONG_STEPS` the rate its 3,000-step sweep chose, for :data:`HEADS_LONGER_STEPS` the
+    rate its sweep at 9,000 steps chose (:func:`heads_long_chosen_lr`). Then, each time every seed is
+    stored at the last rate and one of them diverged, the next lower rate of the sweeps' ladder
+    (:data:`RECALL_LRS` and the rates past its edges). A seed lost to divergence leaves no reading of
+    the point, and a lower rate is the usual cure; the budget's own sweep starts from the last rate."""
     rates = [_long_start(kind, heads, pairs, steps)]
     while True:
         runs = heads_long_runs(kind, heads, pairs, rates[-1], steps)
@@ -323,10 +330,10 @@ def heads_long_sweep(kind: str, heads: int, pairs: int,
 
 
 def heads_long_chosen_lr(kind: str, heads: int, pairs: int, steps: int = HEADS_LONG_STEPS) -> str:
-    """The rate a point's longer runs choose at their own budget: seed 0 runs for ``steps`` at the rate
-    the point is read at (the last of :func:`heads_long_lrs`) and at the ladder's rates on both sides of
-    it, and past an edge where the best sits there; the best (highest accuracy, then lowest loss, a
-    diverged run never) is chosen, and every seed runs there (:func:`heads_long_plan`).
+    """The rate a point's longer runs choose at their own budget, the rate the point is read at there:
+    seed 0 runs for ``steps`` at the last rate of :func:`heads_long_lrs` and at the ladder's rates on both
+    sides of it, and past an edge where the best sits there; the best (highest accuracy, then lowest
+    loss, a diverged run never) is chosen, and every seed runs there (:func:`heads_long_plan`).
 
     Raises :class:`SweepIncomplete` (with the rates to run next, seed 0) while a rate is missing; a
     rate chosen at 3,000 steps need not be the best at three times the steps.
@@ -375,15 +382,19 @@ def heads_long_points(kinds: tuple[str, ...], pairs: tuple[int, ...], steps: int
                       ) -> list[tuple[str, int, int]]:
     """The points ``(kind, heads, pairs)`` that run for ``steps``: for :data:`HEADS_LONG_STEPS` every
     complete point not settled at 3,000 steps (:func:`heads_unsettled`); for :data:`HEADS_LONGER_STEPS`
-    every one of those whose longer runs are all stored at the rate they are read at and still moving
-    there (a seed that diverged at the ladder's end is left out of that test)."""
+    every one of those whose sweep at 9,000 steps has chosen a rate, with every seed stored there and
+    still moving (a seed that diverged at the ladder's end is left out of that test)."""
     before = _budget_before(steps)
     if before is None:
         return [key for key, point in heads_points(kinds, pairs).items()
                 if point["complete"] and heads_unsettled(point)]
     moving = []
     for key in heads_long_points(kinds, pairs, before):
-        runs = heads_long_runs(*key, heads_long_lrs(*key, before)[-1], before)
+        try:
+            lr = heads_long_chosen_lr(*key, before)
+        except (SweepIncomplete, ValueError):  # not chosen yet, or every rate diverged: nothing to read
+            continue
+        runs = heads_long_runs(*key, lr, before)
         finite = {s: r for s, r in runs.items() if r["final_accuracy"] is not None}
         if all(s in runs for s in RECALL_SEEDS) and heads_moving({"runs": finite}):
             moving.append(key)
