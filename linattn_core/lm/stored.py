@@ -24,10 +24,9 @@ from typing import Any
 
 __all__ = ["EPOCH_BEYOND", "EPOCH_CLOSE", "EPOCH_CONTRASTS", "EPOCH_CORE", "EPOCH_LRS", "EPOCH_MORE_SEEDS",
            "EPOCH_OTHERS", "EPOCH_SEEDS", "HEADS_FLAT", "HEADS_LONGER_STEPS", "HEADS_LONG_EXTRA",
-           "HEADS_LONG_STEPS",
-           "HEADS_SETTLED", "RATE_LADDER", "RECALL_HEADS", "RECALL_LRS", "RECALL_SEEDS", "RECALL_SWEEP_LRS",
-           "RECALL_SWEEP_WIDTH", "SweepIncomplete", "chosen_recall_lr", "directory", "epoch_chosen_lr",
-           "epoch_name", "epoch_runs", "epoch_sweep", "heads_best_lr", "heads_chosen_lr",
+           "HEADS_LONG_STEPS", "HEADS_SETTLED", "RATE_LADDER", "RECALL_HEADS", "RECALL_LRS", "RECALL_SEEDS",
+           "RECALL_SWEEP_LRS", "RECALL_SWEEP_WIDTH", "SweepIncomplete", "chosen_recall_lr", "directory",
+           "epoch_chosen_lr", "epoch_name", "epoch_runs", "epoch_sweep", "heads_best_lr", "heads_chosen_lr",
            "heads_long_chosen_lr", "heads_long_lrs", "heads_long_name", "heads_long_plan",
            "heads_long_points", "heads_long_runs", "heads_long_sweep", "heads_moved", "heads_moving",
            "heads_name", "heads_points", "heads_runs", "heads_sweep", "heads_unsettled", "lm_runs", "load",
