@@ -9,8 +9,9 @@
   number of pairs and seed of the ``capacity`` preset (``mqar-capacity-KIND-pPAIRS-seedS.json``);
   recall at fixed parameters (the ``heads`` preset, ``mqar-heads-KIND-hH-pP-lrRATE-seedS.json``: each
   point's sweep, then its seeds), the points not settled at 3,000 steps run for longer
-  (``mqar-long-...``, 9,000 steps, the same name after the prefix), and those still moving there
-  longer again (``mqar-longer-...``, 18,000 steps).
+  (``mqar-long-...``, 9,000 steps, the same name after the prefix) with the rate swept again there,
+  and those still moving at the rate that sweep chose longer again (``mqar-longer-...``, 18,000
+  steps); the longer runs kept outside that plan are named in ``stored.HEADS_LONG_EXTRA``.
 
 Each file must be the current preset's run (only the rate, the length and the seed overridden, as its
 recorded command says), have run to its end on one thread with a recorded commit, and reproduce: its
